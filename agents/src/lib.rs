@@ -1,0 +1,1 @@
+//! Policy agent SDK.

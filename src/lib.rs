@@ -1,0 +1,2 @@
+//! policy-kernel library.
+pub mod proto;
