@@ -4,8 +4,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let proto = "proto/policy_agent.proto";
     println!("cargo:rerun-if-changed={proto}");
     let fds = protox::compile([proto], ["proto"])?;
-    tonic_prost_build::configure()
-        .bytes(".")
-        .compile_fds(fds)?;
+    tonic_prost_build::configure().bytes(".").compile_fds(fds)?;
     Ok(())
 }

@@ -1,2 +1,31 @@
-//! policy-kernel library.
+//! policy-kernel: an Envoy ext_proc sidecar that runs route policy chains on
+//! policy agents over Unix sockets.
+//!
+//! # Layout
+//! - [`config`] — the YAML schema, defaults and structural validation.
+//! - [`registry`] — agent handles, pooled Unix-socket gRPC clients, discovery
+//!   and health checks.
+//! - [`snapshot`] — the immutable, atomically swapped view the request path
+//!   reads: routes compiled against discovered agents.
+//! - [`kernel`] — the `ArcSwap<Snapshot>` and what keeps it current.
+//! - [`plan`] — two-stage validation and grouping of chains into agent calls.
+//! - [`chain`] — running a plan, with context propagation and failure handling.
+//! - [`aggregate`] — checked agent instructions and the last-wins merge.
+//! - [`envoy`] — the ext_proc service, stream state machine and translation.
+//! - [`http`] — header legality and query/path rewriting.
+//! - [`server`] — TCP and Unix-socket listeners.
+//! - [`telemetry`] — logging.
+//! - [`proto`] — generated types of `proto/policy_agent.proto`.
+
+pub mod aggregate;
+pub mod chain;
+pub mod config;
+pub mod envoy;
+pub mod http;
+pub mod kernel;
+pub mod plan;
 pub mod proto;
+pub mod registry;
+pub mod server;
+pub mod snapshot;
+pub mod telemetry;

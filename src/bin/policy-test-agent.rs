@@ -1,0 +1,520 @@
+//! `policy-test-agent`: a programmable policy agent for testing kernels and
+//! Envoy set-ups. It declares the policies of a YAML script and answers each
+//! call with the script's instructions, after an optional delay.
+//!
+//! ```yaml
+//! name: agent1
+//! events_file: /tmp/agent1.events   # optional: "start|end|cancel <policies> <request_id>" lines
+//! policies:
+//!   - name: tag
+//!     phases: request_response        # request | response | request_response
+//!     params: [k]                     # param_schema
+//!     requires_body: false
+//!     delay_ms: 0
+//!     request_id: echo                # or "wrong": reply with another id
+//!     rules:                          # first matching rule replaces `request`
+//!       - when: {header_absent: x-token}
+//!         request: [{immediate: {status: 401, body: "no token", reason: auth}}]
+//!     request:
+//!       - set_header: {name: x-seen, value: "${header:x-a1}|${meta:user}|${param:k}"}
+//!     response:
+//!       - set_status: 418
+//! ```
+//!
+//! Templates: `${header:NAME}`, `${meta:KEY}`, `${param:NAME}`, `${path}`,
+//! `${method}`, `${body}`, `${agent}`, `${status}` (response phase).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use bytes::Bytes;
+use clap::Parser;
+use policy_kernel::proto::{
+    self,
+    policy_agent_server::{PolicyAgent, PolicyAgentServer},
+    request_instruction::Instruction as Rq,
+    response_instruction::Instruction as Rs,
+};
+use serde::Deserialize;
+use tonic::{Request, Response, Status};
+
+#[derive(Parser)]
+#[command(about = "Programmable policy agent for tests")]
+struct Cli {
+    /// Unix socket to serve on.
+    #[arg(long)]
+    socket: PathBuf,
+    /// YAML script.
+    #[arg(long)]
+    script: PathBuf,
+}
+
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+struct Script {
+    name: String,
+    #[serde(default)]
+    events_file: Option<PathBuf>,
+    #[serde(default)]
+    not_serving: bool,
+    policies: Vec<ScriptPolicy>,
+}
+
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+struct ScriptPolicy {
+    name: String,
+    #[serde(default = "both")]
+    phases: String,
+    #[serde(default)]
+    params: Vec<String>,
+    #[serde(default)]
+    requires_body: bool,
+    #[serde(default)]
+    delay_ms: u64,
+    #[serde(default)]
+    request_id: Option<String>,
+    #[serde(default)]
+    rules: Vec<Rule>,
+    #[serde(default)]
+    request: Vec<Step>,
+    #[serde(default)]
+    response: Vec<Step>,
+}
+
+fn both() -> String {
+    "request_response".into()
+}
+
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+struct Rule {
+    when: When,
+    #[serde(default)]
+    request: Vec<Step>,
+    #[serde(default)]
+    response: Vec<Step>,
+}
+
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+struct When {
+    #[serde(default)]
+    header_absent: Option<String>,
+    #[serde(default)]
+    header_present: Option<String>,
+}
+
+#[derive(Deserialize, Clone)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+enum Step {
+    SetHeader {
+        name: String,
+        value: String,
+    },
+    AppendHeader {
+        name: String,
+        value: String,
+    },
+    RemoveHeader(String),
+    SetBody {
+        body: String,
+        #[serde(default)]
+        content_type: String,
+    },
+    SetPath(String),
+    SetQueryParam {
+        name: String,
+        value: String,
+    },
+    RemoveQueryParam(String),
+    SetMethod(String),
+    Immediate {
+        status: i32,
+        #[serde(default)]
+        body: String,
+        #[serde(default)]
+        headers: BTreeMap<String, String>,
+        #[serde(default)]
+        reason: String,
+    },
+    SetMetadata {
+        key: String,
+        value: String,
+    },
+    SetStatus(i32),
+    Continue,
+    Skip,
+}
+
+struct Agent {
+    script: Script,
+}
+
+/// Values templates read.
+struct View<'a> {
+    agent: &'a str,
+    req: &'a proto::RequestData,
+    resp: Option<&'a proto::ResponseData>,
+    meta: &'a BTreeMap<String, String>,
+    params: &'a std::collections::HashMap<String, String>,
+}
+
+impl View<'_> {
+    fn render(&self, s: &str) -> String {
+        let mut out = String::new();
+        let mut rest = s;
+        while let Some(start) = rest.find("${") {
+            out.push_str(&rest[..start]);
+            let Some(end) = rest[start..].find('}') else { break };
+            let key = &rest[start + 2..start + end];
+            out.push_str(&self.lookup(key));
+            rest = &rest[start + end + 1..];
+        }
+        out.push_str(rest);
+        out
+    }
+
+    fn lookup(&self, key: &str) -> String {
+        let headers = |h: Option<&proto::HttpHeaders>, n: &str| {
+            h.and_then(|h| h.headers.iter().find(|v| v.key == n))
+                .map(|v| v.value.clone())
+                .unwrap_or_default()
+        };
+        match key.split_once(':') {
+            Some(("header", n)) => headers(self.req.headers.as_ref(), n),
+            Some(("resp_header", n)) => headers(self.resp.and_then(|r| r.headers.as_ref()), n),
+            Some(("meta", k)) => self.meta.get(k).cloned().unwrap_or_default(),
+            Some(("param", k)) => self.params.get(k).cloned().unwrap_or_default(),
+            _ => match key {
+                "path" => self.req.path.clone(),
+                "method" => self.req.method.clone(),
+                "agent" => self.agent.to_string(),
+                "status" => self.resp.map(|r| r.status_code.to_string()).unwrap_or_default(),
+                "body" => String::from_utf8_lossy(match self.resp {
+                    Some(r) => &r.body,
+                    None => &self.req.body,
+                })
+                .into_owned(),
+                "body_included" => match self.resp {
+                    Some(r) => r.body_included,
+                    None => self.req.body_included,
+                }
+                .to_string(),
+                _ => String::new(),
+            },
+        }
+    }
+}
+
+fn matches(when: &When, req: &proto::RequestData) -> bool {
+    let has = |n: &str| {
+        req.headers
+            .as_ref()
+            .is_some_and(|h| h.headers.iter().any(|v| v.key == n))
+    };
+    when.header_absent.as_deref().is_none_or(|n| !has(n)) && when.header_present.as_deref().is_none_or(has)
+}
+
+/// Logs call start; logs cancel if dropped before `done`.
+struct CallLog {
+    file: Option<PathBuf>,
+    what: String,
+    done: bool,
+}
+
+impl CallLog {
+    fn new(file: &Option<PathBuf>, what: String) -> Self {
+        let log = Self {
+            file: file.clone(),
+            what,
+            done: false,
+        };
+        log.write("start");
+        log
+    }
+    fn write(&self, event: &str) {
+        if let Some(path) = &self.file {
+            if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+                let _ = writeln!(f, "{event} {}", self.what);
+            }
+        }
+    }
+    fn finish(mut self) {
+        self.done = true;
+        self.write("end");
+    }
+}
+
+impl Drop for CallLog {
+    fn drop(&mut self) {
+        if !self.done {
+            self.write("cancel");
+        }
+    }
+}
+
+impl Agent {
+    /// Runs the call's policies; returns (steps per policy, reply id, metadata).
+    async fn run(
+        &self,
+        id: &str,
+        policies: &[proto::Policy],
+        req: &proto::RequestData,
+        resp: Option<&proto::ResponseData>,
+        meta_in: &std::collections::HashMap<String, String>,
+    ) -> (Vec<(Step, String)>, String, BTreeMap<String, String>) {
+        let names: Vec<&str> = policies.iter().map(|p| p.name.as_str()).collect();
+        let log = CallLog::new(&self.script.events_file, format!("{} {id}", names.join(",")));
+        let mut meta: BTreeMap<String, String> = meta_in.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let mut out = Vec::new();
+        let mut reply_id = id.to_string();
+        'policies: for p in policies {
+            let Some(sp) = self.script.policies.iter().find(|s| s.name == p.name) else {
+                continue;
+            };
+            if sp.delay_ms > 0 {
+                tokio::time::sleep(Duration::from_millis(sp.delay_ms)).await;
+            }
+            if sp.request_id.as_deref() == Some("wrong") {
+                reply_id = format!("not-{id}");
+            }
+            let rule = sp.rules.iter().find(|r| matches(&r.when, req));
+            let steps = match (rule, resp.is_some()) {
+                (Some(r), false) => &r.request,
+                (Some(r), true) => &r.response,
+                (None, false) => &sp.request,
+                (None, true) => &sp.response,
+            };
+            for step in steps {
+                let view = View {
+                    agent: &self.script.name,
+                    req,
+                    resp,
+                    meta: &meta,
+                    params: &p.params,
+                };
+                let rendered = match step {
+                    Step::SetMetadata { value, .. } => view.render(value),
+                    _ => String::new(),
+                };
+                let step_out = render_step(step, &view);
+                if let Step::SetMetadata { key, .. } = step {
+                    meta.insert(key.clone(), rendered.clone());
+                }
+                out.push((step_out, rendered));
+                if matches!(step, Step::Immediate { .. } | Step::Skip) {
+                    break 'policies;
+                }
+            }
+        }
+        log.finish();
+        (out, reply_id, meta)
+    }
+}
+
+fn render_step(step: &Step, v: &View) -> Step {
+    let r = |s: &String| v.render(s);
+    match step {
+        Step::SetHeader { name, value } => Step::SetHeader {
+            name: r(name),
+            value: r(value),
+        },
+        Step::AppendHeader { name, value } => Step::AppendHeader {
+            name: r(name),
+            value: r(value),
+        },
+        Step::SetBody { body, content_type } => Step::SetBody {
+            body: r(body),
+            content_type: content_type.clone(),
+        },
+        Step::SetPath(p) => Step::SetPath(r(p)),
+        Step::SetQueryParam { name, value } => Step::SetQueryParam {
+            name: r(name),
+            value: r(value),
+        },
+        Step::Immediate {
+            status,
+            body,
+            headers,
+            reason,
+        } => Step::Immediate {
+            status: *status,
+            body: r(body),
+            headers: headers.clone(),
+            reason: reason.clone(),
+        },
+        other => other.clone(),
+    }
+}
+
+fn request_instr(step: Step, meta_value: String) -> Option<Rq> {
+    Some(match step {
+        Step::SetHeader { name, value } => Rq::SetHeader(proto::SetHeader { name, value }),
+        Step::AppendHeader { name, value } => Rq::AppendHeader(proto::AppendHeader { name, value }),
+        Step::RemoveHeader(name) => Rq::RemoveHeader(proto::RemoveHeader { name }),
+        Step::SetBody { body, content_type } => Rq::SetBody(proto::SetBody {
+            body: Bytes::from(body),
+            content_type,
+        }),
+        Step::SetPath(path) => Rq::SetPath(proto::SetPath { path }),
+        Step::SetQueryParam { name, value } => Rq::SetQueryParam(proto::SetQueryParam { name, value }),
+        Step::RemoveQueryParam(name) => Rq::RemoveQueryParam(proto::RemoveQueryParam { name }),
+        Step::SetMethod(method) => Rq::SetMethod(proto::SetMethod { method }),
+        Step::Immediate {
+            status,
+            body,
+            headers,
+            reason,
+        } => Rq::ImmediateResponse(proto::ImmediateResponse {
+            status_code: status,
+            body: Bytes::from(body),
+            headers: headers
+                .into_iter()
+                .map(|(key, value)| proto::HeaderValue {
+                    key,
+                    value,
+                    raw_value: Bytes::new(),
+                })
+                .collect(),
+            reason,
+        }),
+        Step::SetMetadata { key, .. } => Rq::SetMetadata(proto::SetMetadata { key, value: meta_value }),
+        Step::Continue => Rq::Continue(proto::Continue::default()),
+        Step::Skip => Rq::SkipRemainingPolicies(proto::SkipRemainingPolicies::default()),
+        Step::SetStatus(_) => return None,
+    })
+}
+
+fn response_instr(step: Step, meta_value: String) -> Option<Rs> {
+    Some(match step {
+        Step::SetHeader { name, value } => Rs::SetHeader(proto::SetHeader { name, value }),
+        Step::AppendHeader { name, value } => Rs::AppendHeader(proto::AppendHeader { name, value }),
+        Step::RemoveHeader(name) => Rs::RemoveHeader(proto::RemoveHeader { name }),
+        Step::SetBody { body, content_type } => Rs::SetBody(proto::SetBody {
+            body: Bytes::from(body),
+            content_type,
+        }),
+        Step::SetStatus(status_code) => Rs::SetStatusCode(proto::SetStatusCode { status_code }),
+        Step::SetMetadata { key, .. } => Rs::SetMetadata(proto::SetMetadata { key, value: meta_value }),
+        Step::Continue => Rs::Continue(proto::Continue::default()),
+        Step::Skip => Rs::SkipRemainingPolicies(proto::SkipRemainingPolicies::default()),
+        _ => return None,
+    })
+}
+
+#[tonic::async_trait]
+impl PolicyAgent for Agent {
+    async fn execute_policy_request(
+        &self,
+        request: Request<proto::PolicyRequestPhase>,
+    ) -> Result<Response<proto::PolicyRequestResponse>, Status> {
+        let r = request.into_inner();
+        let data = r.request_data.unwrap_or_default();
+        let (steps, request_id, _) = self
+            .run(&r.request_id, &r.policies, &data, None, &r.policy_metadata)
+            .await;
+        Ok(Response::new(proto::PolicyRequestResponse {
+            request_id,
+            instructions: steps
+                .into_iter()
+                .filter_map(|(s, m)| request_instr(s, m))
+                .map(|i| proto::RequestInstruction { instruction: Some(i) })
+                .collect(),
+            message: String::new(),
+            policy_metadata: Default::default(),
+        }))
+    }
+
+    async fn execute_policy_response(
+        &self,
+        request: Request<proto::PolicyResponsePhase>,
+    ) -> Result<Response<proto::PolicyResponseResponse>, Status> {
+        let r = request.into_inner();
+        let data = r.request_data.unwrap_or_default();
+        let resp = r.response_data.unwrap_or_default();
+        let (steps, request_id, _) = self
+            .run(&r.request_id, &r.policies, &data, Some(&resp), &r.policy_metadata)
+            .await;
+        Ok(Response::new(proto::PolicyResponseResponse {
+            request_id,
+            instructions: steps
+                .into_iter()
+                .filter_map(|(s, m)| response_instr(s, m))
+                .map(|i| proto::ResponseInstruction { instruction: Some(i) })
+                .collect(),
+            message: String::new(),
+            policy_metadata: Default::default(),
+        }))
+    }
+
+    async fn get_agent_config(
+        &self,
+        _: Request<proto::GetAgentConfigRequest>,
+    ) -> Result<Response<proto::GetAgentConfigResponse>, Status> {
+        let phase = |p: &str| match p {
+            "request" => proto::PolicyPhase::Request,
+            "response" => proto::PolicyPhase::Response,
+            _ => proto::PolicyPhase::RequestResponse,
+        };
+        Ok(Response::new(proto::GetAgentConfigResponse {
+            agent_name: self.script.name.clone(),
+            agent_version: "test".into(),
+            supported_policies: self
+                .script
+                .policies
+                .iter()
+                .map(|p| proto::PolicyInfo {
+                    name: p.name.clone(),
+                    version: "1".into(),
+                    param_schema: p.params.clone(),
+                    supported_phases: phase(&p.phases) as i32,
+                    requires_body: p.requires_body,
+                })
+                .collect(),
+        }))
+    }
+
+    async fn health_check(
+        &self,
+        _: Request<proto::HealthCheckRequest>,
+    ) -> Result<Response<proto::HealthCheckResponse>, Status> {
+        let status = if self.script.not_serving {
+            proto::health_check_response::Status::NotServing
+        } else {
+            proto::health_check_response::Status::Serving
+        };
+        Ok(Response::new(proto::HealthCheckResponse {
+            status: status as i32,
+            message: String::new(),
+        }))
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let text = std::fs::read_to_string(&cli.script).with_context(|| format!("reading {}", cli.script.display()))?;
+    let script: Script =
+        serde_yaml::with::singleton_map_recursive::deserialize(serde_yaml::Deserializer::from_str(&text))
+            .with_context(|| format!("parsing {}", cli.script.display()))?;
+    let _ = std::fs::remove_file(&cli.socket);
+    if let Some(dir) = cli.socket.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let listener =
+        tokio::net::UnixListener::bind(&cli.socket).with_context(|| format!("binding {}", cli.socket.display()))?;
+    let agent = Agent { script };
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tonic::transport::Server::builder()
+        .add_service(PolicyAgentServer::new(agent))
+        .serve_with_incoming_shutdown(tokio_stream::wrappers::UnixListenerStream::new(listener), async move {
+            term.recv().await;
+        })
+        .await?;
+    let _ = std::fs::remove_file(&cli.socket);
+    Ok(())
+}

@@ -1,0 +1,146 @@
+use super::*;
+
+const FULL: &str = r#"
+policy_kernel:
+  server:
+    address: "0.0.0.0"
+    port: 9001
+    max_concurrent_streams: 1000
+  agents:
+    - name: "default-agent"
+      socket_path: "/var/run/policy-engine/agents/default.sock"
+      timeout_ms: 500
+      retry:
+        max_attempts: 3
+        backoff_ms: 100
+      health_check_interval_ms: 5000
+  route_policies:
+    - route_name: "/api/v1/users"
+      request_policy_chain:
+        - policy: "apiKeyAuth"
+          params:
+            header_name: "X-API-Key"
+            required: true
+      response_policy_chain:
+        - policy: "addSecurityHeaders"
+          params:
+            headers: |
+              X-Content-Type-Options: "nosniff"
+  policy_not_supported_response:
+    status_code: 500
+    body: '{"error": "Policy configuration error", "code": "POLICY_NOT_SUPPORTED"}'
+    headers:
+      Content-Type: "application/json"
+  observability:
+    metrics_port: 9090
+    log_level: "info"
+    tracing:
+      enabled: true
+      sampling_rate: 0.01
+"#;
+
+fn err(text: &str) -> String {
+    parse(text).unwrap_err().to_string()
+}
+
+#[test]
+fn spec_example_parses_with_defaults() {
+    let c = parse(FULL).unwrap();
+    assert_eq!(c.agents[0].retry.max_attempts, 3);
+    assert!(!c.agents[0].fail_open);
+    assert_eq!(c.agents[0].health_check_timeout_ms, 100);
+    assert_eq!(c.agent_unavailable_response.status_code, 503);
+    assert_eq!(c.agent_unavailable_response.headers["Retry-After"], "30");
+    assert_eq!(c.policy_failure_response.status_code, 500);
+    assert!(c.policy_failure_response.body.contains("POLICY_EXECUTION_FAILED"));
+    assert_eq!(c.response_phase_validation, PhaseValidation::Permissive);
+    assert_eq!(c.server.phase_timeout_ms, 2000);
+}
+
+#[test]
+fn minimal_config_takes_all_defaults() {
+    let c = parse("policy_kernel: {}").unwrap();
+    assert_eq!(c.server.address, "127.0.0.1");
+    assert_eq!(c.server.port, 9001);
+    assert_eq!(c.server.max_concurrent_streams, 1000);
+    assert_eq!(c.observability.metrics_port, 9090);
+    assert_eq!(c.observability.metrics_address, "127.0.0.1");
+    assert_eq!(c.policy_not_supported_response.status_code, 500);
+    let agent = parse("policy_kernel:\n  agents:\n    - name: a\n      socket_path: /tmp/a.sock\n").unwrap();
+    assert_eq!(agent.agents[0].timeout_ms, 500);
+    assert_eq!(agent.agents[0].retry.max_attempts, 1);
+    assert_eq!(agent.agents[0].health_check_interval_ms, 5000);
+}
+
+#[test]
+fn unknown_key_names_field_and_line() {
+    let e = err("policy_kernel:\n  server:\n    port: 9001\n    prot: 1\n");
+    assert!(e.contains("unknown field `prot`"), "{e}");
+    assert!(e.contains("line 4"), "{e}");
+}
+
+#[test]
+fn wrong_type_and_syntax_errors_name_the_line() {
+    let e = err("policy_kernel:\n  server:\n    port: \"abc\"\n");
+    assert!(e.contains("line 3"), "{e}");
+    let e = err("policy_kernel:\n  server: [unclosed\n");
+    assert!(e.contains("line"), "{e}");
+    assert!(err("other: 1").contains("unknown field `other`"));
+}
+
+#[test]
+fn duplicate_names_are_refused_with_line() {
+    let e =
+        err("policy_kernel:\n  agents:\n    - name: a\n      socket_path: /x\n    - name: a\n      socket_path: /y\n");
+    assert!(
+        e.contains("agents[1].name") && e.contains("duplicate agent name") && e.contains("line 5"),
+        "{e}"
+    );
+    let e = err("policy_kernel:\n  route_policies:\n    - route_name: r\n    - route_name: \"r\"\n");
+    assert!(
+        e.contains("route_policies[1].route_name") && e.contains("line 4"),
+        "{e}"
+    );
+}
+
+#[test]
+fn ranges_and_references_are_checked() {
+    let agent = |extra: &str| format!("policy_kernel:\n  agents:\n    - name: a\n      socket_path: /x\n{extra}");
+    let e = err(&agent("      timeout_ms: 5001\n"));
+    assert!(e.contains("agents[0].timeout_ms") && e.contains("line 5"), "{e}");
+    assert!(parse(&agent("      timeout_ms: 5000\n")).is_ok());
+    assert!(err(&agent("      retry: {max_attempts: 0}\n")).contains("retry.max_attempts"));
+    let e = err(&agent("  route_policies:\n    - route_name: r\n      request_policy_chain:\n        - policy: p\n          agent: nope\n"));
+    assert!(
+        e.contains("request_policy_chain[0].agent") && e.contains("\"nope\""),
+        "{e}"
+    );
+    let e = err(&agent("  route_policies:\n    - route_name: r\n      request_policy_chain:\n        - policy: p\n          on_failure: explode\n"));
+    assert!(e.contains("on_failure") || e.contains("unknown variant"), "{e}");
+    assert!(err("policy_kernel:\n  response_phase_validation: loose\n").contains("unknown variant"));
+    assert!(err("policy_kernel:\n  observability: {log_level: loud}\n").contains("log_level"));
+    assert!(err("policy_kernel:\n  server: {address: nowhere}\n").contains("server.address"));
+}
+
+#[test]
+fn configured_responses_are_checked() {
+    let e = err("policy_kernel:\n  agent_unavailable_response:\n    status_code: 99\n");
+    assert!(e.contains("agent_unavailable_response.status_code"), "{e}");
+    let e =
+        err("policy_kernel:\n  policy_failure_response:\n    status_code: 500\n    headers: {\"X-A\": \"a\\r\\nb\"}\n");
+    assert!(e.contains("policy_failure_response.headers.X-A"), "{e}");
+}
+
+#[test]
+fn every_file_under_config_parses() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config");
+    let mut count = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
+            load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            count += 1;
+        }
+    }
+    assert!(count > 0, "no config files found in {}", dir.display());
+}

@@ -1,0 +1,494 @@
+//! The configuration types, one per YAML section, with their defaults and the
+//! structural validation of each.
+
+use std::collections::{BTreeMap, HashSet};
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use super::{encode_params, find_line, ConfigError};
+use crate::http::{valid_header_name, valid_header_value};
+
+/// The whole file: everything sits under the `policy_kernel` key.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    /// The kernel configuration.
+    pub policy_kernel: KernelConfig,
+}
+
+/// The kernel configuration (`policy_kernel:`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KernelConfig {
+    /// Listener settings.
+    #[serde(default)]
+    pub server: ServerConfig,
+    /// The policy agents the kernel may call.
+    #[serde(default)]
+    pub agents: Vec<AgentConfig>,
+    /// Route name to policy chains.
+    #[serde(default)]
+    pub route_policies: Vec<RoutePolicy>,
+    /// Answer when a route uses a policy that no agent supports (default 500).
+    #[serde(default = "ResponseConfig::not_supported_default")]
+    pub policy_not_supported_response: ResponseConfig,
+    /// Answer when every agent supporting a policy is unhealthy (default 503).
+    #[serde(default = "ResponseConfig::unavailable_default")]
+    pub agent_unavailable_response: ResponseConfig,
+    /// Answer when a policy denies because its agent failed (default 500).
+    #[serde(default = "ResponseConfig::failure_default")]
+    pub policy_failure_response: ResponseConfig,
+    /// Whether the response phase re-checks agent health (§6.3).
+    #[serde(default)]
+    pub response_phase_validation: PhaseValidation,
+    /// Metrics, logs and traces.
+    #[serde(default)]
+    pub observability: ObservabilityConfig,
+}
+
+/// `server:`: where the kernel listens for Envoy.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// IP address of the TCP listener. Default `127.0.0.1`.
+    pub address: String,
+    /// TCP port of the listener; 0 picks a free port. Default 9001.
+    pub port: u16,
+    /// Optional Unix socket path to serve on as well (Envoy `pipe` address).
+    pub socket_path: Option<PathBuf>,
+    /// Maximum concurrent ext_proc streams per connection from Envoy
+    /// (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS). Default 1000.
+    pub max_concurrent_streams: u32,
+    /// Optional request header to read the route name from when Envoy sends
+    /// neither the `xds.route_name` attribute nor `x-route-name` metadata.
+    /// The client controls this header: only enable it behind a proxy that
+    /// overwrites it.
+    pub route_name_header: Option<String>,
+    /// Time budget of one phase's whole chain, in ms. Each agent call gets the
+    /// smaller of its agent's `timeout_ms` and what is left of this budget.
+    /// Keep Envoy's `message_timeout` above it. Default 2000, at most 30000.
+    pub phase_timeout_ms: u64,
+    /// How long in-flight streams may run after SIGTERM, in ms. Default 5000.
+    pub drain_timeout_ms: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            address: "127.0.0.1".into(),
+            port: 9001,
+            socket_path: None,
+            max_concurrent_streams: 1000,
+            route_name_header: None,
+            phase_timeout_ms: 2000,
+            drain_timeout_ms: 5000,
+        }
+    }
+}
+
+/// One entry of `agents:`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    /// Unique agent name, used in logs, metrics and chain `agent:` preferences.
+    pub name: String,
+    /// Path of the agent's Unix socket.
+    pub socket_path: PathBuf,
+    /// Per-call timeout in ms. Default 500, at most 5000.
+    #[serde(default = "default_timeout_ms")]
+    pub timeout_ms: u64,
+    /// Retries of calls that provably never reached the agent.
+    #[serde(default)]
+    pub retry: RetryConfig,
+    /// Interval between health checks, in ms. Default 5000.
+    #[serde(default = "default_health_interval_ms")]
+    pub health_check_interval_ms: u64,
+    /// Health check timeout, in ms. Default 100.
+    #[serde(default = "default_health_timeout_ms")]
+    pub health_check_timeout_ms: u64,
+    /// When a call to this agent fails and the policy has no `on_failure`:
+    /// true continues the chain, false (default) answers with
+    /// `policy_failure_response`.
+    #[serde(default)]
+    pub fail_open: bool,
+}
+
+fn default_timeout_ms() -> u64 {
+    500
+}
+fn default_health_interval_ms() -> u64 {
+    5000
+}
+fn default_health_timeout_ms() -> u64 {
+    100
+}
+
+/// `retry:` of an agent. Only calls that provably did not reach the agent
+/// (the connection could not be made) are retried, within the call's deadline.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetryConfig {
+    /// Total attempts, including the first. Default 1 (no retry), at most 10.
+    pub max_attempts: u32,
+    /// Pause between attempts, in ms. Default 100.
+    pub backoff_ms: u64,
+}
+
+impl Default for RetryConfig {
+    fn default() -> Self {
+        Self {
+            max_attempts: 1,
+            backoff_ms: 100,
+        }
+    }
+}
+
+/// One entry of `route_policies:`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RoutePolicy {
+    /// The Envoy route name (the route's `name` in Envoy's route config).
+    pub route_name: String,
+    /// Policies run before the upstream is called, in order.
+    #[serde(default)]
+    pub request_policy_chain: Vec<ChainEntry>,
+    /// Policies run on the upstream's response, in order.
+    #[serde(default)]
+    pub response_policy_chain: Vec<ChainEntry>,
+}
+
+/// One policy in a chain.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChainEntry {
+    /// Policy name, as agents declare it.
+    pub policy: String,
+    /// Parameters; scalars are sent as strings, lists and maps as JSON.
+    #[serde(default)]
+    pub params: BTreeMap<String, serde_yaml::Value>,
+    /// What to do when the call for this policy fails. Unset: the agent's
+    /// `fail_open` decides.
+    #[serde(default)]
+    pub on_failure: Option<OnFailure>,
+    /// Preferred agent, used when it is healthy and supports the policy.
+    #[serde(default)]
+    pub agent: Option<String>,
+}
+
+/// `on_failure` of a chain entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnFailure {
+    /// Answer with `policy_failure_response`.
+    Deny,
+    /// Skip the failed group and go on with the chain.
+    Continue,
+    /// Stop the chain, keeping the results so far.
+    SkipRemaining,
+}
+
+impl OnFailure {
+    /// The wire form sent to agents.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnFailure::Deny => "deny",
+            OnFailure::Continue => "continue",
+            OnFailure::SkipRemaining => "skip_remaining",
+        }
+    }
+}
+
+/// `response_phase_validation`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PhaseValidation {
+    /// Use the plan made in the request phase (default).
+    #[default]
+    Permissive,
+    /// Re-check agent health before the response phase; answer with
+    /// `agent_unavailable_response` when a planned agent became unhealthy.
+    Strict,
+}
+
+/// A configured immediate response. When the section is given, `status_code`
+/// is required; `body` defaults to empty and `headers` to none.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResponseConfig {
+    /// HTTP status, 200-599.
+    pub status_code: u16,
+    /// Body, sent as is.
+    #[serde(default)]
+    pub body: String,
+    /// Headers.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+}
+
+impl ResponseConfig {
+    fn json(status: u16, body: &str, headers: &[(&str, &str)]) -> Self {
+        let mut h: BTreeMap<String, String> = headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        h.insert("Content-Type".into(), "application/json".into());
+        Self {
+            status_code: status,
+            body: body.into(),
+            headers: h,
+        }
+    }
+    /// Default `policy_not_supported_response`.
+    pub fn not_supported_default() -> Self {
+        Self::json(
+            500,
+            r#"{"error": "Policy configuration error", "code": "POLICY_NOT_SUPPORTED"}"#,
+            &[("X-Policy-Error", "configuration")],
+        )
+    }
+    /// Default `agent_unavailable_response`.
+    pub fn unavailable_default() -> Self {
+        Self::json(
+            503,
+            r#"{"error": "Policy service temporarily unavailable", "code": "AGENT_UNAVAILABLE"}"#,
+            &[("X-Policy-Error", "temporary"), ("Retry-After", "30")],
+        )
+    }
+    /// Default `policy_failure_response`.
+    pub fn failure_default() -> Self {
+        Self::json(
+            500,
+            r#"{"error": "Policy execution failed", "code": "POLICY_EXECUTION_FAILED"}"#,
+            &[],
+        )
+    }
+}
+
+/// `observability:`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ObservabilityConfig {
+    /// Port of the metrics and health endpoints. Default 9090; 0 disables them.
+    pub metrics_port: u16,
+    /// Address of the metrics and health endpoints. Default 127.0.0.1.
+    pub metrics_address: String,
+    /// Log level: trace, debug, info, warn or error. Default info.
+    pub log_level: String,
+    /// Tracing settings.
+    pub tracing: TracingConfig,
+}
+
+impl Default for ObservabilityConfig {
+    fn default() -> Self {
+        Self {
+            metrics_port: 9090,
+            metrics_address: "127.0.0.1".into(),
+            log_level: "info".into(),
+            tracing: TracingConfig::default(),
+        }
+    }
+}
+
+/// `observability.tracing:`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TracingConfig {
+    /// Whether spans are recorded. Default true.
+    pub enabled: bool,
+    /// Fraction of requests traced, 0.0-1.0. Default 0.01.
+    pub sampling_rate: f64,
+    /// OTLP endpoint to export spans to; unset: no export.
+    pub otlp_endpoint: Option<String>,
+}
+
+impl Default for TracingConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            sampling_rate: 0.01,
+            otlp_endpoint: None,
+        }
+    }
+}
+
+const LOG_LEVELS: [&str; 5] = ["trace", "debug", "info", "warn", "error"];
+
+fn invalid(field: String, reason: impl Into<String>, line: Option<usize>) -> ConfigError {
+    ConfigError::Invalid {
+        field,
+        reason: reason.into(),
+        line,
+    }
+}
+
+impl KernelConfig {
+    /// Checks everything serde cannot: ranges, uniqueness, references and
+    /// header legality. `text` is the source, used to report lines.
+    pub fn validate(&self, text: &str) -> Result<(), ConfigError> {
+        let p = "policy_kernel";
+        self.server.validate(text)?;
+        let mut agent_names = HashSet::new();
+        for (i, a) in self.agents.iter().enumerate() {
+            let f = format!("{p}.agents[{i}]");
+            if a.name.is_empty() {
+                return Err(invalid(format!("{f}.name"), "must not be empty", None));
+            }
+            if !agent_names.insert(a.name.as_str()) {
+                let line = find_line(text, "name", &a.name, 1);
+                return Err(invalid(
+                    format!("{f}.name"),
+                    format!("duplicate agent name {:?}", a.name),
+                    line,
+                ));
+            }
+            a.validate(&f, text)?;
+        }
+        let mut routes = HashSet::new();
+        for (i, r) in self.route_policies.iter().enumerate() {
+            let f = format!("{p}.route_policies[{i}]");
+            if r.route_name.is_empty() {
+                return Err(invalid(format!("{f}.route_name"), "must not be empty", None));
+            }
+            if !routes.insert(r.route_name.as_str()) {
+                let line = find_line(text, "route_name", &r.route_name, 1);
+                return Err(invalid(
+                    format!("{f}.route_name"),
+                    format!("duplicate route name {:?}", r.route_name),
+                    line,
+                ));
+            }
+            for (chain, entries) in [
+                ("request_policy_chain", &r.request_policy_chain),
+                ("response_policy_chain", &r.response_policy_chain),
+            ] {
+                for (j, e) in entries.iter().enumerate() {
+                    e.validate(&format!("{f}.{chain}[{j}]"), &agent_names, text)?;
+                }
+            }
+        }
+        for (name, resp) in [
+            ("policy_not_supported_response", &self.policy_not_supported_response),
+            ("agent_unavailable_response", &self.agent_unavailable_response),
+            ("policy_failure_response", &self.policy_failure_response),
+        ] {
+            resp.validate(&format!("{p}.{name}"))?;
+        }
+        let o = &self.observability;
+        if !LOG_LEVELS.contains(&o.log_level.as_str()) {
+            return Err(invalid(
+                format!("{p}.observability.log_level"),
+                format!("{:?} is not one of {}", o.log_level, LOG_LEVELS.join(", ")),
+                find_line(text, "log_level", &o.log_level, 0),
+            ));
+        }
+        if o.metrics_address.parse::<IpAddr>().is_err() {
+            return Err(invalid(
+                format!("{p}.observability.metrics_address"),
+                format!("{:?} is not an IP address", o.metrics_address),
+                None,
+            ));
+        }
+        if !(0.0..=1.0).contains(&o.tracing.sampling_rate) {
+            return Err(invalid(
+                format!("{p}.observability.tracing.sampling_rate"),
+                "must be between 0.0 and 1.0",
+                None,
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl ServerConfig {
+    fn validate(&self, text: &str) -> Result<(), ConfigError> {
+        let f = "policy_kernel.server";
+        if self.address.parse::<IpAddr>().is_err() {
+            return Err(invalid(
+                format!("{f}.address"),
+                format!("{:?} is not an IP address", self.address),
+                find_line(text, "address", &self.address, 0),
+            ));
+        }
+        if self.max_concurrent_streams == 0 {
+            return Err(invalid(
+                format!("{f}.max_concurrent_streams"),
+                "must be at least 1",
+                None,
+            ));
+        }
+        if !(1..=30_000).contains(&self.phase_timeout_ms) {
+            return Err(invalid(format!("{f}.phase_timeout_ms"), "must be 1-30000", None));
+        }
+        if let Some(h) = &self.route_name_header {
+            if !valid_header_name(h.as_bytes()) || h.starts_with(':') {
+                return Err(invalid(format!("{f}.route_name_header"), "not a header name", None));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl AgentConfig {
+    fn validate(&self, f: &str, text: &str) -> Result<(), ConfigError> {
+        if self.socket_path.as_os_str().is_empty() {
+            return Err(invalid(format!("{f}.socket_path"), "must not be empty", None));
+        }
+        if !(1..=5000).contains(&self.timeout_ms) {
+            return Err(invalid(
+                format!("{f}.timeout_ms"),
+                format!("{} is out of range 1-5000", self.timeout_ms),
+                find_line(text, "timeout_ms", &self.timeout_ms.to_string(), 0),
+            ));
+        }
+        if !(1..=10).contains(&self.retry.max_attempts) {
+            return Err(invalid(format!("{f}.retry.max_attempts"), "must be 1-10", None));
+        }
+        if self.health_check_interval_ms < 10 {
+            return Err(invalid(
+                format!("{f}.health_check_interval_ms"),
+                "must be at least 10",
+                None,
+            ));
+        }
+        if !(1..=60_000).contains(&self.health_check_timeout_ms) {
+            return Err(invalid(format!("{f}.health_check_timeout_ms"), "must be 1-60000", None));
+        }
+        Ok(())
+    }
+}
+
+impl ChainEntry {
+    fn validate(&self, f: &str, agents: &HashSet<&str>, text: &str) -> Result<(), ConfigError> {
+        if self.policy.is_empty() {
+            return Err(invalid(format!("{f}.policy"), "must not be empty", None));
+        }
+        if let Some(a) = &self.agent {
+            if !agents.contains(a.as_str()) {
+                return Err(invalid(
+                    format!("{f}.agent"),
+                    format!("no agent named {a:?} is configured"),
+                    find_line(text, "agent", a, 0),
+                ));
+            }
+        }
+        encode_params(&self.params)
+            .map(|_| ())
+            .map_err(|(name, reason)| invalid(format!("{f}.params.{name}"), reason, None))
+    }
+}
+
+impl ResponseConfig {
+    fn validate(&self, f: &str) -> Result<(), ConfigError> {
+        if !(200..=599).contains(&self.status_code) {
+            return Err(invalid(format!("{f}.status_code"), "must be 200-599", None));
+        }
+        for (k, v) in &self.headers {
+            if !valid_header_name(k.as_bytes()) || k.starts_with(':') {
+                return Err(invalid(format!("{f}.headers.{k}"), "not a header name", None));
+            }
+            if !valid_header_value(v.as_bytes()) {
+                return Err(invalid(format!("{f}.headers.{k}"), "value holds CR, LF or NUL", None));
+            }
+        }
+        Ok(())
+    }
+}

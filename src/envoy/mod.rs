@@ -1,0 +1,80 @@
+//! Envoy's `envoy.service.ext_proc.v3.ExternalProcessor` service: one
+//! [`session::Session`] per `Process` stream.
+//!
+//! The response stream is driven by the session: each inbound message is
+//! answered before the next is read. When Envoy resets the stream, tonic drops
+//! the response stream, which drops any agent call in flight; the pooled
+//! HTTP/2 client then resets that call's stream, so the agent sees it
+//! cancelled.
+
+pub mod session;
+pub mod translate;
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_server::{
+    ExternalProcessor, ExternalProcessorServer,
+};
+use envoy_types::pb::envoy::service::ext_proc::v3::{ProcessingRequest, ProcessingResponse};
+use futures::Stream;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::kernel::Kernel;
+use session::Session;
+
+/// gRPC metadata key that may carry the route name (Envoy's per-route
+/// `grpc_initial_metadata`).
+pub const ROUTE_METADATA: &str = "x-route-name";
+
+/// The ext_proc service.
+#[derive(Debug, Clone)]
+pub struct ExtProc {
+    kernel: Arc<Kernel>,
+}
+
+impl ExtProc {
+    /// A service over `kernel`.
+    pub fn new(kernel: Arc<Kernel>) -> Self {
+        Self { kernel }
+    }
+
+    /// The tonic server wrapper, with message limits raised for buffered bodies.
+    pub fn into_server(self) -> ExternalProcessorServer<Self> {
+        ExternalProcessorServer::new(self)
+            .max_decoding_message_size(64 * 1024 * 1024)
+            .max_encoding_message_size(64 * 1024 * 1024)
+    }
+}
+
+type ResponseStream = Pin<Box<dyn Stream<Item = Result<ProcessingResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl ExternalProcessor for ExtProc {
+    type ProcessStream = ResponseStream;
+
+    async fn process(
+        &self,
+        request: Request<Streaming<ProcessingRequest>>,
+    ) -> Result<Response<Self::ProcessStream>, Status> {
+        let hint = request
+            .metadata()
+            .get(ROUTE_METADATA)
+            .and_then(|v| v.to_str().ok())
+            .filter(|v| !v.is_empty())
+            .map(String::from);
+        let session = Session::new(Arc::clone(&self.kernel), hint);
+        let inbound = request.into_inner();
+        let stream = futures::stream::unfold((inbound, session), |(mut inbound, mut session)| async move {
+            match inbound.message().await {
+                Ok(Some(msg)) => {
+                    let resp = session.handle(msg).await;
+                    Some((Ok(resp), (inbound, session)))
+                }
+                // End of stream or reset by Envoy: a normal end.
+                Ok(None) | Err(_) => None,
+            }
+        });
+        Ok(Response::new(Box::pin(stream)))
+    }
+}

@@ -1,0 +1,216 @@
+//! Translation between Envoy's ext_proc messages and the kernel's domain
+//! types (spec §9.3 and `shared/notes/envoy-facts.md`): header values travel
+//! in `raw_value`, appends use the `append` flag, a body change also sets
+//! `content-length`, and decisions go out as dynamic metadata under the
+//! `policy_kernel` namespace.
+
+use bytes::Bytes;
+use envoy_types::pb::envoy::config::core::v3::{HeaderValue, HeaderValueOption};
+use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::{processing_mode, ProcessingMode};
+use envoy_types::pb::envoy::r#type::v3::HttpStatus;
+use envoy_types::pb::envoy::service::ext_proc::v3::{
+    body_mutation, common_response::ResponseStatus, processing_response::Response, BodyMutation, BodyResponse,
+    CommonResponse, HeaderMutation, HeadersResponse, ImmediateResponse, ProcessingResponse, TrailersResponse,
+};
+use envoy_types::pb::google::protobuf::{value::Kind, BoolValue, Struct, Value};
+
+use crate::aggregate::{HeaderOp, Immediate, Metadata, Mutations};
+
+/// The dynamic metadata namespace the kernel writes to.
+pub const METADATA_NAMESPACE: &str = "policy_kernel";
+
+/// Which Envoy message a response answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    /// `request_headers`.
+    RequestHeaders,
+    /// `request_body`.
+    RequestBody,
+    /// `response_headers`.
+    ResponseHeaders,
+    /// `response_body`.
+    ResponseBody,
+    /// `request_trailers`.
+    RequestTrailers,
+    /// `response_trailers`.
+    ResponseTrailers,
+}
+
+impl Answer {
+    fn is_headers(self) -> bool {
+        matches!(self, Answer::RequestHeaders | Answer::ResponseHeaders)
+    }
+}
+
+fn option(key: &str, value: Bytes, append: bool) -> HeaderValueOption {
+    #[allow(deprecated)] // ext_proc honours only the deprecated `append` flag.
+    HeaderValueOption {
+        header: Some(HeaderValue {
+            key: key.to_string(),
+            value: String::new(),
+            raw_value: value.to_vec(),
+        }),
+        append: append.then_some(BoolValue { value: true }),
+        ..Default::default()
+    }
+}
+
+/// Envoy header mutation for merged mutations.
+pub fn header_mutation(m: &Mutations) -> Option<HeaderMutation> {
+    let mut out = HeaderMutation::default();
+    for (name, op, _) in &m.headers {
+        match op {
+            HeaderOp::Set(values) => {
+                for (i, v) in values.iter().enumerate() {
+                    out.set_headers.push(option(name, v.clone(), i > 0));
+                }
+            }
+            HeaderOp::Append(values) => {
+                for v in values {
+                    out.set_headers.push(option(name, v.clone(), true));
+                }
+            }
+            HeaderOp::Remove => out.remove_headers.push(name.clone()),
+        }
+    }
+    if let Some((pq, _)) = &m.path {
+        out.set_headers.push(option(":path", Bytes::from(pq.to_path()), false));
+    }
+    if let Some((method, _)) = &m.method {
+        out.set_headers
+            .push(option(":method", Bytes::from(method.clone()), false));
+    }
+    if let Some((status, _)) = &m.status {
+        out.set_headers
+            .push(option(":status", Bytes::from(status.to_string()), false));
+    }
+    if let Some((body, _, _)) = &m.body {
+        // Envoy refuses a body whose length disagrees with content-length.
+        out.set_headers
+            .push(option("content-length", Bytes::from(body.len().to_string()), false));
+    }
+    (!out.set_headers.is_empty() || !out.remove_headers.is_empty()).then_some(out)
+}
+
+/// The common response for merged mutations answering `answer`. A body
+/// replaced while answering a headers message uses CONTINUE_AND_REPLACE, the
+/// only way Envoy accepts a body there.
+pub fn common(m: &Mutations, answer: Answer) -> CommonResponse {
+    let body = m.body.as_ref().map(|(b, _, _)| BodyMutation {
+        mutation: Some(body_mutation::Mutation::Body(b.to_vec())),
+    });
+    let status = if body.is_some() && answer.is_headers() {
+        ResponseStatus::ContinueAndReplace
+    } else {
+        ResponseStatus::Continue
+    };
+    CommonResponse {
+        status: status as i32,
+        header_mutation: header_mutation(m),
+        body_mutation: body,
+        ..Default::default()
+    }
+}
+
+/// A response to `answer` carrying `common` (or a plain CONTINUE).
+pub fn respond(answer: Answer, common: Option<CommonResponse>) -> ProcessingResponse {
+    let headers = || HeadersResponse {
+        response: common.clone(),
+    };
+    let body = || BodyResponse {
+        response: common.clone(),
+    };
+    let response = match answer {
+        Answer::RequestHeaders => Response::RequestHeaders(headers()),
+        Answer::ResponseHeaders => Response::ResponseHeaders(headers()),
+        Answer::RequestBody => Response::RequestBody(body()),
+        Answer::ResponseBody => Response::ResponseBody(body()),
+        Answer::RequestTrailers => Response::RequestTrailers(TrailersResponse::default()),
+        Answer::ResponseTrailers => Response::ResponseTrailers(TrailersResponse::default()),
+    };
+    ProcessingResponse {
+        response: Some(response),
+        ..Default::default()
+    }
+}
+
+/// An immediate response to the client.
+pub fn immediate(imm: &Immediate) -> ProcessingResponse {
+    let headers = (!imm.headers.is_empty()).then(|| HeaderMutation {
+        set_headers: imm.headers.iter().map(|(k, v)| option(k, v.clone(), false)).collect(),
+        remove_headers: Vec::new(),
+    });
+    ProcessingResponse {
+        response: Some(Response::ImmediateResponse(ImmediateResponse {
+            status: Some(HttpStatus {
+                code: i32::from(imm.status),
+            }),
+            headers,
+            body: imm.body.to_vec(),
+            grpc_status: None,
+            details: details(&imm.reason),
+        })),
+        ..Default::default()
+    }
+}
+
+/// True when `resp` answers the client directly.
+pub fn is_immediate(resp: &ProcessingResponse) -> bool {
+    matches!(resp.response, Some(Response::ImmediateResponse(_)))
+}
+
+/// Envoy's response-code details must be a single token: keep it readable.
+fn details(reason: &str) -> String {
+    let cleaned: String = reason
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(64)
+        .collect();
+    format!("policy_kernel_{}", if cleaned.is_empty() { "denied" } else { &cleaned })
+}
+
+/// The processing mode that turns on buffered bodies for the phases that
+/// need them. Both body modes are always set: an omitted one means NONE.
+pub fn mode_override(request_body: bool, response_body: bool) -> ProcessingMode {
+    let mode = |on: bool| {
+        if on {
+            processing_mode::BodySendMode::Buffered as i32
+        } else {
+            processing_mode::BodySendMode::None as i32
+        }
+    };
+    ProcessingMode {
+        request_body_mode: mode(request_body),
+        response_body_mode: mode(response_body),
+        ..Default::default()
+    }
+}
+
+/// Dynamic metadata: `{policy_kernel: {route: .., <metadata>...}}`.
+pub fn dynamic_metadata(route: &str, meta: &Metadata) -> Struct {
+    let string = |s: &str| Value {
+        kind: Some(Kind::StringValue(s.to_string())),
+    };
+    let mut inner = Struct::default();
+    inner.fields.insert("route".into(), string(route));
+    for (k, v) in meta {
+        inner.fields.insert(k.clone(), string(v));
+    }
+    let mut outer = Struct::default();
+    outer.fields.insert(
+        METADATA_NAMESPACE.into(),
+        Value {
+            kind: Some(Kind::StructValue(inner)),
+        },
+    );
+    outer
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,211 @@
+//! HTTP helpers shared by config validation, reply checking and translation:
+//! header legality, and parsing and rewriting of `:path` query strings.
+
+use std::borrow::Cow;
+
+use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, CONTROLS};
+
+/// True for an RFC 9110 token (a legal header name), optionally prefixed by
+/// `:` for pseudo-headers (callers reject those where they are not allowed).
+pub fn valid_header_name(name: &[u8]) -> bool {
+    let body = name.strip_prefix(b":").unwrap_or(name);
+    !body.is_empty() && body.iter().all(|&c| is_tchar(c))
+}
+
+fn is_tchar(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&c)
+}
+
+/// True when a header value holds no CR, LF or NUL (Envoy fails the whole
+/// request on those).
+pub fn valid_header_value(value: &[u8]) -> bool {
+    !value.iter().any(|&c| c == b'\r' || c == b'\n' || c == 0)
+}
+
+/// True for a legal HTTP method token.
+pub fn valid_method(method: &str) -> bool {
+    !method.is_empty() && method.bytes().all(is_tchar)
+}
+
+/// Characters percent-encoded in query names and values: controls, space and
+/// the characters that delimit or terminate a query component.
+const QUERY_COMPONENT: &AsciiSet = &CONTROLS
+    .add(b' ')
+    .add(b'"')
+    .add(b'#')
+    .add(b'&')
+    .add(b'+')
+    .add(b'<')
+    .add(b'=')
+    .add(b'>')
+    .add(b'%')
+    .add(b'`')
+    .add(b'{')
+    .add(b'}');
+
+/// Splits a `:path` into its path and query (without the `?`).
+pub fn split_path(full: &str) -> (&str, Option<&str>) {
+    match full.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (full, None),
+    }
+}
+
+/// Decodes one query component (`+` is a space, `%XX` escapes).
+pub fn decode_component(raw: &str) -> Cow<'_, str> {
+    if raw.contains('+') {
+        let spaced = raw.replace('+', " ");
+        Cow::Owned(percent_decode_str(&spaced).decode_utf8_lossy().into_owned())
+    } else {
+        percent_decode_str(raw).decode_utf8_lossy()
+    }
+}
+
+/// Parses a query string into decoded (name, value) pairs, in order.
+pub fn parse_query(query: &str) -> Vec<(String, String)> {
+    query
+        .split('&')
+        .filter(|kv| !kv.is_empty())
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+            (decode_component(k).into_owned(), decode_component(v).into_owned())
+        })
+        .collect()
+}
+
+/// Percent-encodes a query name or value.
+pub fn encode_component(raw: &str) -> String {
+    utf8_percent_encode(raw, QUERY_COMPONENT).to_string()
+}
+
+/// A `:path` being rewritten: the path part plus the raw query pairs, so that
+/// parameters nobody touched keep their original encoding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathAndQuery {
+    path: String,
+    /// Raw (still encoded) `name=value` segments, in order.
+    query: Option<Vec<String>>,
+}
+
+impl PathAndQuery {
+    /// Parses a `:path` value.
+    pub fn parse(full: &str) -> Self {
+        let (path, query) = split_path(full);
+        Self {
+            path: path.to_string(),
+            query: query.map(|q| q.split('&').filter(|s| !s.is_empty()).map(String::from).collect()),
+        }
+    }
+
+    /// Replaces the path. A `?query` in `new_path` replaces the query too.
+    pub fn set_path(&mut self, new_path: &str) {
+        let parsed = Self::parse(new_path);
+        self.path = parsed.path;
+        if parsed.query.is_some() {
+            self.query = parsed.query;
+        }
+    }
+
+    /// Sets `name` to `value`, replacing every earlier value of `name`. The
+    /// new pair takes the place of the first old one, or goes last.
+    pub fn set_param(&mut self, name: &str, value: &str) {
+        let pair = format!("{}={}", encode_component(name), encode_component(value));
+        let segs = self.query.get_or_insert_with(Vec::new);
+        let mut placed = false;
+        segs.retain_mut(|seg| {
+            if segment_name(seg) != name {
+                return true;
+            }
+            if placed {
+                return false;
+            }
+            placed = true;
+            *seg = pair.clone();
+            true
+        });
+        if !placed {
+            segs.push(pair);
+        }
+    }
+
+    /// Removes every value of `name`.
+    pub fn remove_param(&mut self, name: &str) {
+        if let Some(segs) = &mut self.query {
+            segs.retain(|seg| segment_name(seg) != name);
+        }
+    }
+
+    /// The rewritten `:path`. An emptied query string is dropped.
+    pub fn to_path(&self) -> String {
+        match &self.query {
+            Some(segs) if !segs.is_empty() => format!("{}?{}", self.path, segs.join("&")),
+            _ => self.path.clone(),
+        }
+    }
+}
+
+fn segment_name(seg: &str) -> Cow<'_, str> {
+    decode_component(seg.split_once('=').map(|(k, _)| k).unwrap_or(seg))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_names_and_values() {
+        assert!(valid_header_name(b"x-user-id"));
+        assert!(valid_header_name(b":path"));
+        assert!(!valid_header_name(b""));
+        assert!(!valid_header_name(b"bad name"));
+        assert!(!valid_header_name(b"x\r\n"));
+        assert!(valid_header_value(b"ok value\t"));
+        assert!(!valid_header_value(b"a\r\nb"));
+        assert!(!valid_header_value(b"a\0"));
+    }
+
+    #[test]
+    fn query_rewrite_keeps_untouched_encoding() {
+        let mut p = PathAndQuery::parse("/a/b?x=1&q=a%20b&x=2&keep=%2F");
+        p.set_param("x", "new value&");
+        p.remove_param("q");
+        p.set_param("added", "ü");
+        assert_eq!(p.to_path(), "/a/b?x=new%20value%26&keep=%2F&added=%C3%BC");
+    }
+
+    #[test]
+    fn set_path_keeps_query_unless_given() {
+        let mut p = PathAndQuery::parse("/old?debug=1");
+        p.set_path("/v2/new");
+        assert_eq!(p.to_path(), "/v2/new?debug=1");
+        p.set_path("/v3?only=this");
+        assert_eq!(p.to_path(), "/v3?only=this");
+        p.remove_param("only");
+        assert_eq!(p.to_path(), "/v3");
+    }
+
+    #[test]
+    fn parse_query_decodes() {
+        let q = parse_query("a=1&b=x+y&c=%41&d&");
+        assert_eq!(
+            q,
+            vec![
+                ("a".into(), "1".into()),
+                ("b".into(), "x y".into()),
+                ("c".into(), "A".into()),
+                ("d".into(), "".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn encoded_round_trip() {
+        for v in ["plain", "a b&c=d", "100%", "ü/é?#", "+"] {
+            let mut p = PathAndQuery::parse("/x");
+            p.set_param("k", v);
+            let out = p.to_path();
+            let (_, q) = split_path(&out);
+            assert_eq!(parse_query(q.unwrap()), vec![("k".to_string(), v.to_string())]);
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! The kernel's shared state: the current [`Snapshot`] behind one `ArcSwap`,
+//! and the background work that keeps it current as agents are discovered.
+
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use tokio::sync::Notify;
+
+use crate::config::KernelConfig;
+use crate::registry::{self, AgentHandle};
+use crate::snapshot::Snapshot;
+
+/// Shared kernel state.
+pub struct Kernel {
+    snapshot: ArcSwap<Snapshot>,
+    /// Serialises snapshot rebuilds (never taken on the request path).
+    rebuild: Mutex<()>,
+    changed: Arc<Notify>,
+}
+
+impl std::fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kernel")
+            .field("version", &self.snapshot.load().version)
+            .finish()
+    }
+}
+
+impl Kernel {
+    /// Creates the agents of `config`, runs a first discovery round against
+    /// all of them concurrently, publishes the first snapshot (version 1),
+    /// and starts the per-agent health tasks. Agents that are down are
+    /// logged and picked up later by their health task.
+    pub async fn start(config: KernelConfig) -> Arc<Self> {
+        let agents: Vec<Arc<AgentHandle>> = config.agents.iter().cloned().map(AgentHandle::new).collect();
+        futures::future::join_all(agents.iter().map(|a| registry::health::round(a))).await;
+        let down: Vec<&str> = agents
+            .iter()
+            .filter(|a| a.discovered().is_none())
+            .map(|a| a.name())
+            .collect();
+        if !agents.is_empty() && down.len() == agents.len() {
+            tracing::error!(agents = ?down, "no agent could be discovered: every route with policies is invalid until one comes up");
+        } else if !down.is_empty() {
+            tracing::warn!(agents = ?down, "agents not discovered at startup; they are retried in the background");
+        }
+        let snapshot = Snapshot::build(Arc::new(config), agents.clone(), 1);
+        snapshot.log_invalid_routes();
+        let kernel = Arc::new(Self {
+            snapshot: ArcSwap::from_pointee(snapshot),
+            rebuild: Mutex::new(()),
+            changed: Arc::new(Notify::new()),
+        });
+        for a in &agents {
+            registry::spawn_watch(a, Arc::clone(&kernel.changed));
+        }
+        spawn_rebuilder(Arc::downgrade(&kernel), Arc::clone(&kernel.changed));
+        kernel
+    }
+
+    /// The current snapshot. Load it once per stream.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.snapshot.load_full()
+    }
+
+    /// Recompiles the current configuration against the agents' latest
+    /// discovery results (same version) and publishes it.
+    pub fn refresh(&self) {
+        let _guard = self.rebuild.lock().unwrap_or_else(|e| e.into_inner());
+        let current = self.snapshot.load_full();
+        let next = Snapshot::build(Arc::clone(&current.config), current.agents.clone(), current.version);
+        let was_invalid = current.routes.values().filter(|r| !r.problems().is_empty()).count();
+        let now_invalid = next.log_invalid_routes();
+        if now_invalid < was_invalid {
+            tracing::info!(invalid_routes = now_invalid, "agent discovery made routes valid");
+        }
+        self.snapshot.store(Arc::new(next));
+    }
+
+    /// Waits until every agent of the current snapshot is healthy, or
+    /// `timeout` passes; returns whether they all are. For tools and tests.
+    pub async fn wait_healthy(&self, timeout: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if self.snapshot().agents.iter().all(|a| a.is_healthy()) {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+fn spawn_rebuilder(kernel: Weak<Kernel>, changed: Arc<Notify>) {
+    tokio::spawn(async move {
+        loop {
+            changed.notified().await;
+            let Some(kernel) = kernel.upgrade() else { break };
+            kernel.refresh();
+        }
+    });
+}

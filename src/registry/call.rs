@@ -1,0 +1,125 @@
+//! One policy call to an agent: deadline, gRPC deadline, and retries of
+//! attempts that provably never reached the agent.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{AgentHandle, TransportError};
+use crate::proto::{PolicyRequestPhase, PolicyRequestResponse, PolicyResponsePhase, PolicyResponseResponse};
+
+/// A call of either phase.
+#[derive(Debug, Clone)]
+pub enum AgentCall {
+    /// `ExecutePolicyRequest`.
+    Request(PolicyRequestPhase),
+    /// `ExecutePolicyResponse`.
+    Response(PolicyResponsePhase),
+}
+
+/// The reply of either phase.
+#[derive(Debug, Clone)]
+pub enum AgentReply {
+    /// Reply to `ExecutePolicyRequest`.
+    Request(PolicyRequestResponse),
+    /// Reply to `ExecutePolicyResponse`.
+    Response(PolicyResponseResponse),
+}
+
+/// Why a call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallError {
+    /// The deadline passed.
+    #[error("agent timeout")]
+    Timeout,
+    /// The agent could not be reached (nothing was sent).
+    #[error("agent unavailable: {0}")]
+    Unavailable(String),
+    /// The agent answered with a gRPC error, or the transport broke mid-call.
+    #[error("agent error: {0}")]
+    Failed(String),
+    /// The reply broke the contract.
+    #[error("invalid agent reply: {0}")]
+    Invalid(String),
+}
+
+impl CallError {
+    /// Short label for metrics and logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            CallError::Timeout => "timeout",
+            CallError::Unavailable(_) => "unavailable",
+            CallError::Failed(_) => "error",
+            CallError::Invalid(_) => "invalid_reply",
+        }
+    }
+}
+
+impl AgentCall {
+    fn set_deadline(&mut self, ms: i64) {
+        match self {
+            AgentCall::Request(r) => r.deadline_ms = ms,
+            AgentCall::Response(r) => r.deadline_ms = ms,
+        }
+    }
+}
+
+impl AgentHandle {
+    /// Sends `call`, giving up at `deadline`. A failed attempt is retried
+    /// (up to `retry.max_attempts`, `retry.backoff_ms` apart, within the
+    /// deadline) only when the connection could not be made, so a policy never
+    /// sees the same request twice.
+    pub async fn execute(&self, call: AgentCall, deadline: Instant) -> Result<AgentReply, CallError> {
+        let attempts = self.config.retry.max_attempts.max(1);
+        let backoff = Duration::from_millis(self.config.retry.backoff_ms);
+        let mut call = Some(call);
+        for attempt in 1..=attempts {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return Err(CallError::Timeout);
+            }
+            let ms = i64::try_from(remaining.as_millis()).unwrap_or(i64::MAX).max(1);
+            let mut this = if attempt == attempts { call.take() } else { call.clone() }.ok_or(CallError::Timeout)?;
+            this.set_deadline(ms);
+            match tokio::time::timeout(remaining, self.send(this, remaining)).await {
+                Err(_) => return Err(CallError::Timeout),
+                Ok(Ok(reply)) => return Ok(reply),
+                Ok(Err(status)) => {
+                    let not_sent = TransportError::is_not_sent(&status);
+                    if status.code() == tonic::Code::DeadlineExceeded {
+                        return Err(CallError::Timeout);
+                    }
+                    if !not_sent {
+                        return Err(CallError::Failed(format!("{}: {}", status.code(), status.message())));
+                    }
+                    if attempt == attempts {
+                        return Err(CallError::Unavailable(status.message().to_string()));
+                    }
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    tokio::time::sleep(backoff.min(left)).await;
+                }
+            }
+        }
+        Err(CallError::Timeout)
+    }
+
+    async fn send(&self, call: AgentCall, timeout: Duration) -> Result<AgentReply, tonic::Status> {
+        let mut client = self.client();
+        match call {
+            AgentCall::Request(r) => {
+                let mut req = tonic::Request::new(r);
+                req.set_timeout(timeout);
+                Ok(AgentReply::Request(
+                    client.execute_policy_request(req).await?.into_inner(),
+                ))
+            }
+            AgentCall::Response(r) => {
+                let mut req = tonic::Request::new(r);
+                req.set_timeout(timeout);
+                Ok(AgentReply::Response(
+                    client.execute_policy_response(req).await?.into_inner(),
+                ))
+            }
+        }
+    }
+}

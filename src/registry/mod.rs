@@ -1,0 +1,109 @@
+//! The agent registry: one handle per configured agent, holding its pooled
+//! client, its health, and what discovery learned about it.
+//!
+//! Health and discovery run in one background task per agent
+//! ([`health::watch`]). The request path only reads the handle's atomic
+//! health flag; discovery results are folded into the snapshot (see
+//! [`crate::snapshot`]) whenever they change.
+
+mod call;
+mod client;
+pub mod health;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwapOption;
+
+pub use call::{AgentCall, AgentReply, CallError};
+pub use client::{connect_lazy, AgentClient, TransportError};
+pub use health::{discover, spawn_watch, Discovered};
+
+use crate::config::AgentConfig;
+use crate::proto::PolicyInfo;
+
+/// One configured agent.
+pub struct AgentHandle {
+    /// The agent's configuration.
+    pub config: AgentConfig,
+    client: AgentClient,
+    healthy: AtomicBool,
+    discovered: ArcSwapOption<Discovered>,
+}
+
+impl std::fmt::Debug for AgentHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AgentHandle")
+            .field("name", &self.config.name)
+            .field("healthy", &self.is_healthy())
+            .finish()
+    }
+}
+
+impl AgentHandle {
+    /// A handle with a lazily connecting client; not healthy, not discovered.
+    pub fn new(config: AgentConfig) -> Arc<Self> {
+        let client = connect_lazy(&config.socket_path);
+        Arc::new(Self {
+            config,
+            client,
+            healthy: AtomicBool::new(false),
+            discovered: ArcSwapOption::empty(),
+        })
+    }
+
+    /// The agent's name.
+    pub fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    /// Whether the last health check passed.
+    pub fn is_healthy(&self) -> bool {
+        self.healthy.load(Ordering::Acquire)
+    }
+
+    /// Records the health check outcome; returns the previous value.
+    pub fn set_healthy(&self, healthy: bool) -> bool {
+        self.healthy.swap(healthy, Ordering::AcqRel)
+    }
+
+    /// What discovery learned, if it ever succeeded.
+    pub fn discovered(&self) -> Option<Arc<Discovered>> {
+        self.discovered.load_full()
+    }
+
+    /// Stores a discovery result; returns true when the policies changed.
+    pub fn set_discovered(&self, d: Discovered) -> bool {
+        let changed = self
+            .discovered
+            .load()
+            .as_ref()
+            .map(|old| old.policies != d.policies)
+            .unwrap_or(true);
+        self.discovered.store(Some(Arc::new(d)));
+        changed
+    }
+
+    /// The policy this agent declared under `name`, if any.
+    pub fn policy(&self, name: &str) -> Option<PolicyInfo> {
+        self.discovered
+            .load()
+            .as_ref()
+            .and_then(|d| d.policies.get(name).cloned())
+    }
+
+    /// The client (cheap to clone: the connection pool is shared).
+    pub fn client(&self) -> AgentClient {
+        self.client.clone()
+    }
+
+    /// Per-call timeout.
+    pub fn timeout(&self) -> Duration {
+        Duration::from_millis(self.config.timeout_ms)
+    }
+}
+
+/// Policies an agent declared, by name.
+pub type PolicyIndex = HashMap<String, PolicyInfo>;

@@ -1,0 +1,253 @@
+//! The immutable snapshot the request path reads: compiled routes, agents,
+//! configured responses and settings. It is loaded once per stream from one
+//! `ArcSwap`, so both phases of a request see the same snapshot, and it is
+//! rebuilt (never mutated) on reload or when discovery changes what agents
+//! support.
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::aggregate::Immediate;
+use crate::config::{encode_params, KernelConfig, OnFailure, PhaseValidation, ResponseConfig};
+use crate::proto::{self, PolicyPhase};
+use crate::registry::AgentHandle;
+
+/// Which phase a chain runs in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Before the upstream.
+    Request,
+    /// After the upstream.
+    Response,
+}
+
+impl Phase {
+    /// Lower-case name for logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Request => "request",
+            Phase::Response => "response",
+        }
+    }
+
+    fn allows(self, declared: PolicyPhase) -> bool {
+        matches!(
+            (self, declared),
+            (_, PolicyPhase::RequestResponse)
+                | (Phase::Request, PolicyPhase::Request)
+                | (Phase::Response, PolicyPhase::Response)
+        )
+    }
+}
+
+/// One chain entry, compiled against the discovered agents.
+#[derive(Debug, Clone)]
+pub struct CompiledPolicy {
+    /// The policy as sent to agents (params already encoded).
+    pub proto: proto::Policy,
+    /// The entry's `on_failure`.
+    pub on_failure: Option<OnFailure>,
+    /// Index of the preferred agent.
+    pub preferred: Option<usize>,
+    /// Indices of agents that declare this policy for this phase and accept
+    /// its params. Empty: the route is invalid.
+    pub candidates: Vec<usize>,
+    /// Why `candidates` is empty, for logs.
+    pub problem: Option<String>,
+}
+
+/// A compiled chain.
+#[derive(Debug, Clone, Default)]
+pub struct Chain {
+    /// Its policies, in order.
+    pub policies: Vec<CompiledPolicy>,
+    /// True when some candidate of some policy requires the body.
+    pub needs_body: bool,
+}
+
+/// A compiled route.
+#[derive(Debug, Default)]
+pub struct Route {
+    /// The route name.
+    pub name: String,
+    /// The request chain.
+    pub request: Chain,
+    /// The response chain.
+    pub response: Chain,
+    /// Round-robin counter for choosing among equally good agents.
+    pub rr: AtomicUsize,
+}
+
+impl Route {
+    /// The chain of `phase`.
+    pub fn chain(&self, phase: Phase) -> &Chain {
+        match phase {
+            Phase::Request => &self.request,
+            Phase::Response => &self.response,
+        }
+    }
+
+    /// Problems that make the route invalid, for logs.
+    pub fn problems(&self) -> Vec<String> {
+        self.request
+            .policies
+            .iter()
+            .chain(&self.response.policies)
+            .filter_map(|p| p.problem.clone())
+            .collect()
+    }
+}
+
+/// The configured immediate responses.
+#[derive(Debug, Clone)]
+pub struct Responses {
+    /// Policy not supported by any agent.
+    pub not_supported: Immediate,
+    /// Every supporting agent unhealthy.
+    pub unavailable: Immediate,
+    /// A policy denied because its agent failed.
+    pub failure: Immediate,
+}
+
+/// Everything the request path needs, immutable.
+#[derive(Debug)]
+pub struct Snapshot {
+    /// Configuration version: 1 at startup, +1 per successful reload.
+    pub version: u64,
+    /// Routes by name.
+    pub routes: HashMap<String, Arc<Route>>,
+    /// Agents; indices in routes refer to this list.
+    pub agents: Vec<Arc<AgentHandle>>,
+    /// Configured responses.
+    pub responses: Responses,
+    /// Response-phase validation mode.
+    pub phase_validation: PhaseValidation,
+    /// Header to read the route name from, when configured.
+    pub route_name_header: Option<String>,
+    /// Budget of one phase's chain.
+    pub phase_timeout: Duration,
+    /// The configuration this snapshot was built from.
+    pub config: Arc<KernelConfig>,
+}
+
+fn immediate(r: &ResponseConfig, reason: &str) -> Immediate {
+    Immediate {
+        status: r.status_code,
+        headers: r
+            .headers
+            .iter()
+            .map(|(k, v)| (k.to_ascii_lowercase(), Bytes::from(v.clone())))
+            .collect(),
+        body: Bytes::from(r.body.clone()),
+        reason: reason.to_string(),
+    }
+}
+
+impl Snapshot {
+    /// Compiles `config` against the agents' current discovery results.
+    /// `agents` must hold one handle per configured agent, in config order.
+    pub fn build(config: Arc<KernelConfig>, agents: Vec<Arc<AgentHandle>>, version: u64) -> Self {
+        let by_name: HashMap<&str, usize> = agents.iter().enumerate().map(|(i, a)| (a.name(), i)).collect();
+        let routes = config
+            .route_policies
+            .iter()
+            .map(|r| {
+                let route = Route {
+                    name: r.route_name.clone(),
+                    request: compile_chain(&r.request_policy_chain, Phase::Request, &agents, &by_name),
+                    response: compile_chain(&r.response_policy_chain, Phase::Response, &agents, &by_name),
+                    rr: AtomicUsize::new(0),
+                };
+                (r.route_name.clone(), Arc::new(route))
+            })
+            .collect();
+        Self {
+            version,
+            routes,
+            agents,
+            responses: Responses {
+                not_supported: immediate(&config.policy_not_supported_response, "policy_not_supported"),
+                unavailable: immediate(&config.agent_unavailable_response, "agent_unavailable"),
+                failure: immediate(&config.policy_failure_response, "policy_execution_failed"),
+            },
+            phase_validation: config.response_phase_validation,
+            route_name_header: config.server.route_name_header.as_ref().map(|h| h.to_ascii_lowercase()),
+            phase_timeout: Duration::from_millis(config.server.phase_timeout_ms),
+            config,
+        }
+    }
+
+    /// Logs every invalid route with its problems; returns how many there are.
+    pub fn log_invalid_routes(&self) -> usize {
+        let mut invalid = 0;
+        for route in self.routes.values() {
+            let problems = route.problems();
+            if !problems.is_empty() {
+                invalid += 1;
+                tracing::error!(route = %route.name, ?problems, "route invalid: requests to it get policy_not_supported_response");
+            }
+        }
+        invalid
+    }
+}
+
+fn compile_chain(
+    entries: &[crate::config::ChainEntry],
+    phase: Phase,
+    agents: &[Arc<AgentHandle>],
+    by_name: &HashMap<&str, usize>,
+) -> Chain {
+    let mut needs_body = false;
+    let policies = entries
+        .iter()
+        .map(|e| {
+            // Params were checked by config validation; encode cannot fail here.
+            let params = encode_params(&e.params).unwrap_or_default();
+            let mut candidates = Vec::new();
+            let mut reasons = Vec::new();
+            for (i, a) in agents.iter().enumerate() {
+                let Some(info) = a.policy(&e.policy) else { continue };
+                if !phase.allows(info.supported_phases()) {
+                    reasons.push(format!("agent {:?} declares it for another phase", a.name()));
+                    continue;
+                }
+                if let Some(bad) = params.keys().find(|k| !info.param_schema.contains(k)) {
+                    reasons.push(format!(
+                        "param {bad:?} is not in its param_schema on agent {:?}",
+                        a.name()
+                    ));
+                    continue;
+                }
+                needs_body |= info.requires_body;
+                candidates.push(i);
+            }
+            let problem = candidates.is_empty().then(|| {
+                if reasons.is_empty() {
+                    format!(
+                        "{} policy {:?}: no discovered agent declares it",
+                        phase.as_str(),
+                        e.policy
+                    )
+                } else {
+                    format!("{} policy {:?}: {}", phase.as_str(), e.policy, reasons.join("; "))
+                }
+            });
+            CompiledPolicy {
+                proto: proto::Policy {
+                    name: e.policy.clone(),
+                    params: params.into_iter().collect(),
+                    on_failure: e.on_failure.map(|f| f.as_str().to_string()).unwrap_or_default(),
+                },
+                on_failure: e.on_failure,
+                preferred: e.agent.as_deref().and_then(|a| by_name.get(a).copied()),
+                candidates,
+                problem,
+            }
+        })
+        .collect();
+    Chain { policies, needs_body }
+}

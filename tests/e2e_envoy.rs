@@ -1,0 +1,424 @@
+//! End-to-end: real HTTP requests through a real Envoy 1.40 to the kernel
+//! binary, to `policy-test-agent` processes on Unix sockets, to an upstream
+//! that echoes what it received.
+
+mod support;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use support::*;
+
+struct Stack {
+    _tmp: tempfile::TempDir,
+    dir: PathBuf,
+    agents: Vec<TestAgent>,
+    kernel: KernelProc,
+    envoy: Envoy,
+    _upstream: Upstream,
+    client: reqwest::Client,
+}
+
+impl Stack {
+    /// Agents are `(name, script, extra agent config lines)`; `routes` is the
+    /// YAML list under `route_policies:`.
+    async fn start(agents: &[(&str, &str, &str)], routes: &str) -> Self {
+        let tmp = workdir();
+        let dir = tmp.path().to_path_buf();
+        let started: Vec<TestAgent> = agents.iter().map(|(n, s, _)| TestAgent::start(&dir, n, s)).collect();
+        let entries: String = agents
+            .iter()
+            .zip(&started)
+            .map(|((n, _, extra), a)| agent_entry(n, a, extra))
+            .collect();
+        let kernel = KernelProc::start(&dir, &format!("  agents:\n{entries}  route_policies:\n{routes}"));
+        let upstream = Upstream::start().await;
+        let envoy = Envoy::start(&dir, &kernel.socket, upstream.addr.port());
+        Self {
+            _tmp: tmp,
+            dir,
+            agents: started,
+            kernel,
+            envoy,
+            _upstream: upstream,
+            client: reqwest::Client::new(),
+        }
+    }
+
+    async fn get(&self, path: &str, headers: &[(&str, &str)]) -> Got {
+        send(&self.client, "GET", &self.envoy.url(path), headers, None).await
+    }
+
+    async fn req(&self, method: &str, path: &str, headers: &[(&str, &str)], body: Option<&str>) -> Got {
+        send(&self.client, method, &self.envoy.url(path), headers, body).await
+    }
+
+    fn agent(&mut self, name: &str) -> &mut TestAgent {
+        self.agents
+            .iter_mut()
+            .find(|a| a.socket.file_stem().is_some_and(|s| s == name))
+            .expect("agent")
+    }
+
+    fn diag(&self) -> String {
+        format!(
+            "--- kernel log ---\n{}\n--- envoy log ---\n{}",
+            tail(&self.kernel.log()),
+            tail(&self.envoy.log())
+        )
+    }
+}
+
+fn tail(s: &str) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+/// Policies that tag the request so the upstream shows which ran.
+fn tagger(policies: &[&str]) -> String {
+    let mut s = String::from("policies:\n");
+    for p in policies {
+        s.push_str(&format!(
+            "  - name: {p}\n    request:\n      - append_header: {{name: x-ran, value: {p}}}\n"
+        ));
+    }
+    s
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spec_scenarios_6_5() {
+    let healthy = tagger(&["apiKeyAuth", "jwtValidation", "roleCheck", "auth"]);
+    let rl = tagger(&["rateLimit"]);
+    let down_transform = format!("not_serving: true\n{}", tagger(&["transform", "encrypt2"]));
+    let down_auth = format!("not_serving: true\n{}", tagger(&["auth2"]));
+    let routes = "    - route_name: users\n      request_policy_chain: [{policy: apiKeyAuth}, {policy: rateLimit}, {policy: jwtValidation}]\n    - route_name: admin\n      request_policy_chain: [{policy: jwtValidation}, {policy: roleCheck}]\n      response_policy_chain: [{policy: auditLog}]\n    - route_name: fail\n      request_policy_chain: [{policy: auth}, {policy: transform}]\n    - route_name: flaky\n      request_policy_chain: [{policy: auth2}, {policy: rateLimit}]\n";
+    let s = Stack::start(
+        &[
+            ("authagent", &healthy, ""),
+            ("ratelimiter", &rl, ""),
+            ("transformer", &down_transform, ""),
+            ("authdown", &down_auth, ""),
+        ],
+        routes,
+    )
+    .await;
+
+    // Scenario 1: all supported and healthy: the whole chain runs, in order.
+    let r = s.get("/users/1", &[]).await;
+    assert_eq!(r.status, 200, "{}", s.diag());
+    assert_eq!(r.echo()["headers"]["x-ran"], "apiKeyAuth,rateLimit,jwtValidation");
+
+    // Scenario 2: auditLog (response chain) supported by nobody: 500 before anything runs.
+    let before = s.agents[0].events().len();
+    let r = s.get("/admin/x", &[]).await;
+    assert_eq!(r.status, 500);
+    assert!(r.body.contains("POLICY_NOT_SUPPORTED"), "{}", r.body);
+    assert_eq!(r.header("x-policy-error"), Some("configuration"));
+    assert_eq!(
+        s.agents[0].events().len(),
+        before,
+        "no policy may run on an invalid route"
+    );
+
+    // Scenario 3: transform's only agent is unhealthy: 503 with Retry-After.
+    let r = s.get("/fail", &[]).await;
+    assert_eq!(r.status, 503, "{}", s.diag());
+    assert!(r.body.contains("AGENT_UNAVAILABLE"));
+    assert_eq!(r.header("retry-after"), Some("30"));
+
+    // Scenario 4: every agent of auth2 unhealthy: 503.
+    assert_eq!(s.get("/flaky", &[]).await.status, 503);
+
+    // Scenario 5: unknown route: CONTINUE, no agent call.
+    let calls: usize = s.agents.iter().map(|a| a.events().len()).sum();
+    let r = s.get("/not-configured", &[]).await;
+    assert_eq!(r.status, 200);
+    assert!(r.echo()["headers"].get("x-ran").is_none());
+    assert_eq!(s.agents.iter().map(|a| a.events().len()).sum::<usize>(), calls);
+    assert!(s.kernel.log().contains("Route not found - allowing request through"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_groups_propagate_context_in_order() {
+    let agent1 = r#"policies:
+  - name: first
+    params: [roles]
+    request:
+      - set_header: {name: x-trace, value: agent1}
+      - set_header: {name: x-a1, value: from-agent1}
+      - set_header: {name: x-roles, value: "${param:roles}"}
+      - set_metadata: {key: user, value: "42"}
+  - name: last
+    request:
+      - set_header: {name: x-trace, value: "${header:x-trace},agent1"}
+"#;
+    let agent2 = r#"policies:
+  - name: middle
+    request:
+      - set_header: {name: x-trace, value: "${header:x-trace},agent2"}
+      - set_header: {name: x-seen-a1, value: "${header:x-a1}"}
+      - set_header: {name: x-seen-user, value: "${meta:user}"}
+"#;
+    let routes = "    - route_name: chain\n      request_policy_chain:\n        - policy: first\n          params: {roles: [\"admin\"]}\n        - policy: middle\n        - policy: last\n";
+    let s = Stack::start(&[("agent1", agent1, ""), ("agent2", agent2, "")], routes).await;
+    let r = s.get("/chain", &[("x-request-id", "rid-3groups")]).await;
+    assert_eq!(r.status, 200, "{}", s.diag());
+    let e = r.echo();
+    assert_eq!(e["headers"]["x-trace"], "agent1,agent2,agent1");
+    assert_eq!(e["headers"]["x-seen-a1"], "from-agent1");
+    assert_eq!(e["headers"]["x-seen-user"], "42");
+    assert_eq!(e["headers"]["x-roles"], r#"["admin"]"#);
+    // Two calls to agent1, one to agent2, with Envoy's request id.
+    let a1 = s.agents[0].events();
+    assert_eq!(
+        a1,
+        vec![
+            "start first rid-3groups",
+            "end first rid-3groups",
+            "start last rid-3groups",
+            "end last rid-3groups"
+        ]
+    );
+    assert_eq!(
+        s.agents[1].events(),
+        vec!["start middle rid-3groups", "end middle rid-3groups"]
+    );
+    // The decision metadata reached Envoy's access log.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while !s.envoy.log().contains("\"user\":\"42\"") && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(s.envoy.log().contains("\"user\":\"42\""), "{}", s.diag());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conflicts_deny_rewrite_and_response_changes() {
+    let agent1 = r#"policies:
+  - name: setUser
+    request:
+      - set_header: {name: x-user-id, value: "123"}
+      - set_header: {name: x-tmp, value: "temp"}
+  - name: gate
+    rules:
+      - when: {header_absent: x-token}
+        request:
+          - immediate: {status: 401, body: '{"error":"no token"}', headers: {content-type: application/json, www-authenticate: Bearer}, reason: authentication_failed}
+    request:
+      - set_header: {name: x-gate, value: passed}
+  - name: rewrite
+    request:
+      - set_path: /rewritten/path
+      - set_query_param: {name: user, value: "a b"}
+      - remove_query_param: debug
+      - set_method: POST
+  - name: decorate
+    phases: response
+    response:
+      - set_header: {name: x-resp, value: "status was ${status}"}
+      - set_status: 418
+"#;
+    let agent2 = r#"policies:
+  - name: overrideUser
+    request:
+      - set_header: {name: x-user-id, value: "456"}
+      - remove_header: x-tmp
+  - name: after
+    request:
+      - set_header: {name: x-after, value: ran}
+"#;
+    let routes = "    - route_name: conflict\n      request_policy_chain: [{policy: setUser}, {policy: overrideUser}]\n    - route_name: deny\n      request_policy_chain: [{policy: gate}, {policy: after}]\n    - route_name: rewrite\n      request_policy_chain: [{policy: rewrite}]\n    - route_name: resp\n      response_policy_chain: [{policy: decorate}]\n";
+    let s = Stack::start(&[("agent1", agent1, ""), ("agent2", agent2, "")], routes).await;
+
+    // Last wins; a remove after a set removes.
+    let r = s.get("/conflict", &[]).await;
+    assert_eq!(r.status, 200, "{}", s.diag());
+    assert_eq!(r.echoed_header("x-user-id").as_deref(), Some("456"));
+    assert_eq!(r.echoed_header("x-tmp"), None);
+
+    // An immediate 401 stops the chain: agent2's policy never runs.
+    let r = s.get("/deny", &[]).await;
+    assert_eq!(r.status, 401);
+    assert_eq!(r.body, r#"{"error":"no token"}"#);
+    assert_eq!(r.header("www-authenticate"), Some("Bearer"));
+    assert!(
+        !s.agents[1].events().iter().any(|e| e.contains("after")),
+        "chain did not stop"
+    );
+    let r = s.get("/deny", &[("x-token", "t")]).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.echoed_header("x-after").as_deref(), Some("ran"));
+
+    // Path, query and method rewrite, as the upstream saw them.
+    let r = s.get("/rewrite/orig?keep=1&debug=true", &[]).await;
+    assert_eq!(r.status, 200, "{}", s.diag());
+    assert_eq!(r.echo()["method"], "POST");
+    assert_eq!(r.echo()["path"], "/rewritten/path?keep=1&user=a%20b");
+
+    // Response header and :status override.
+    let r = s.get("/resp", &[("x-echo-status", "404")]).await;
+    assert_eq!(r.status, 418, "{}", s.diag());
+    assert_eq!(r.header("x-resp"), Some("status was 404"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_are_buffered_only_when_needed_and_replaced() {
+    let agent = r#"policies:
+  - name: reqBody
+    requires_body: true
+    request:
+      - set_header: {name: x-saw-body, value: "${body}"}
+      - set_body: {body: "replaced request body", content_type: text/plain}
+  - name: respBody
+    phases: response
+    requires_body: true
+    response:
+      - set_body: {body: "new response body", content_type: text/plain}
+  - name: headersOnly
+    request:
+      - set_header: {name: x-body-included, value: "${body_included}"}
+"#;
+    let routes = "    - route_name: body\n      request_policy_chain: [{policy: reqBody}]\n      response_policy_chain: [{policy: respBody}]\n    - route_name: users\n      request_policy_chain: [{policy: headersOnly}]\n";
+    let s = Stack::start(&[("bodyagent", agent, "")], routes).await;
+
+    let r = s
+        .req(
+            "POST",
+            "/body",
+            &[("content-type", "application/json")],
+            Some(r#"{"original":true}"#),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", s.diag());
+    assert_eq!(r.body, "new response body");
+    assert_eq!(r.header("content-type"), Some("text/plain"));
+    assert_eq!(r.header("content-length"), Some("17"));
+    // The upstream got the replaced request body; the agent saw the original.
+    let r2 = s.req("POST", "/body", &[("x-echo-body", "unused")], Some("abc")).await;
+    assert_eq!(r2.body, "new response body");
+    let agent_events = s.agents[0].events();
+    assert!(agent_events.iter().filter(|e| e.starts_with("end reqBody")).count() >= 2);
+
+    // A header-only chain never asks Envoy for the body.
+    let r = s.req("POST", "/users", &[], Some("some body")).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.echoed_header("x-body-included").as_deref(), Some("false"));
+    assert_eq!(r.echo()["body"], "some body");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_body_replacement_reaches_upstream() {
+    let agent = r#"policies:
+  - name: reqBody
+    requires_body: true
+    request:
+      - set_header: {name: x-saw-body, value: "${body}"}
+      - set_body: {body: "replaced request body", content_type: text/plain}
+"#;
+    let routes = "    - route_name: body\n      request_policy_chain: [{policy: reqBody}]\n";
+    let s = Stack::start(&[("bodyagent", agent, "")], routes).await;
+    let r = s
+        .req(
+            "POST",
+            "/body",
+            &[("content-type", "application/json")],
+            Some(r#"{"original":true}"#),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", s.diag());
+    let e = r.echo();
+    assert_eq!(e["body"], "replaced request body");
+    assert_eq!(e["headers"]["content-length"], "21");
+    assert_eq!(e["headers"]["content-type"], "text/plain");
+    assert_eq!(e["headers"]["x-saw-body"], r#"{"original":true}"#);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timeouts_follow_fail_open_and_invalid_replies_fail_closed() {
+    let slow = |name: &str| {
+        format!("policies:\n  - name: {name}\n    delay_ms: 1500\n    request:\n      - set_header: {{name: x-slow, value: done}}\n")
+    };
+    let invalid = "policies:\n  - name: crlf\n    request:\n      - set_header: {name: x-evil, value: \"a\\r\\nx-injected: 1\"}\n  - name: wrongId\n    request_id: wrong\n    request:\n      - set_header: {name: x-a, value: b}\n";
+    let routes = "    - route_name: slow\n      request_policy_chain: [{policy: slowOpen}]\n    - route_name: fail\n      request_policy_chain: [{policy: slowClosed}]\n    - route_name: flaky\n      request_policy_chain: [{policy: slowClosed, on_failure: continue}]\n    - route_name: invalid\n      request_policy_chain: [{policy: crlf}]\n    - route_name: users\n      request_policy_chain: [{policy: wrongId}]\n";
+    let s = Stack::start(
+        &[
+            (
+                "openagent",
+                &slow("slowOpen"),
+                "      timeout_ms: 200\n      fail_open: true\n",
+            ),
+            ("closedagent", &slow("slowClosed"), "      timeout_ms: 200\n"),
+            ("badagent", invalid, ""),
+        ],
+        routes,
+    )
+    .await;
+    // Fail-open: the request goes on without the policy's header, and the
+    // kernel cancelled the call it gave up on.
+    let r = s.get("/slow", &[("x-request-id", "slow-1")]).await;
+    assert_eq!(r.status, 200, "{}", s.diag());
+    assert_eq!(r.echoed_header("x-slow"), None);
+    let events = s.agents[0].events();
+    assert!(events.contains(&"cancel slowOpen slow-1".to_string()), "{events:?}");
+    // Fail-closed: policy_failure_response.
+    let r = s.get("/fail", &[]).await;
+    assert_eq!(r.status, 500, "{}", s.diag());
+    assert!(r.body.contains("POLICY_EXECUTION_FAILED"), "{}", r.body);
+    // on_failure: continue overrides the agent's fail-closed default.
+    assert_eq!(s.get("/flaky", &[]).await.status, 200);
+    // CR/LF in a header value: the kernel's failure response, never Envoy's own 500.
+    let r = s.get("/invalid", &[]).await;
+    assert_eq!(r.status, 500);
+    assert!(r.body.contains("POLICY_EXECUTION_FAILED"), "{}", r.body);
+    assert!(r.header("x-injected").is_none());
+    // A reply for another request id is invalid too.
+    let r = s.get("/users", &[]).await;
+    assert_eq!(r.status, 500);
+    assert!(r.body.contains("POLICY_EXECUTION_FAILED"));
+    assert!(s.kernel.log().contains("does not match"), "{}", s.diag());
+    // Envoy never had to fail a request on its own.
+    assert_eq!(s.envoy.stat("http.ingress.ext_proc.streams_failed"), 0);
+    assert!(!s.envoy.log().contains("ext_proc_error"), "{}", s.diag());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_agent_gives_503_then_recovers() {
+    let script = tagger(&["guard"]);
+    let routes = "    - route_name: flaky\n      request_policy_chain: [{policy: guard}]\n";
+    let mut s = Stack::start(&[("victim", &script, "")], routes).await;
+    assert_eq!(s.get("/flaky", &[]).await.status, 200, "{}", s.diag());
+
+    s.agent("victim").kill();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut seen = Vec::new();
+    loop {
+        let r = s.get("/flaky", &[]).await;
+        seen.push(r.status);
+        if r.status == 503 {
+            assert!(r.body.contains("AGENT_UNAVAILABLE"));
+            break;
+        }
+        // Before the health check notices, the call itself fails: fail-closed.
+        assert!(
+            r.status == 500 && r.body.contains("POLICY_EXECUTION_FAILED"),
+            "unexpected {} {}",
+            r.status,
+            r.body
+        );
+        assert!(Instant::now() < deadline, "never saw 503: {seen:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    s.agent("victim").restart();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = s.get("/flaky", &[]).await;
+        if r.status == 200 {
+            assert_eq!(r.echoed_header("x-ran").as_deref(), Some("guard"));
+            break;
+        }
+        assert_eq!(r.status, 503, "{}", r.body);
+        assert!(Instant::now() < deadline, "agent never recovered: {}", s.diag());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = &s.dir;
+}

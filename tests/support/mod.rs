@@ -1,0 +1,316 @@
+//! Test harness: real processes (kernel binary, test agents, Envoy) on
+//! sockets and ports picked at run time, and an in-process echo upstream.
+//! Every process is killed when its handle drops.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+
+pub mod envoy;
+pub use envoy::Envoy;
+
+/// A temp directory for one test's sockets, configs and logs.
+pub fn workdir() -> tempfile::TempDir {
+    // Short paths: Unix socket paths are limited to ~100 bytes.
+    tempfile::Builder::new()
+        .prefix("pk")
+        .tempdir_in("/tmp")
+        .expect("tempdir")
+}
+
+/// A free TCP port on loopback (released before use; fine for tests).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// Waits until something accepts on the Unix socket `path`.
+pub fn wait_socket(path: &Path, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("nothing listening on {} after {timeout:?}", path.display());
+}
+
+/// A child process killed on drop.
+pub struct Proc {
+    pub child: Child,
+    pub name: String,
+}
+
+impl Proc {
+    pub fn spawn(name: &str, cmd: &mut Command, log: &Path) -> Self {
+        let out = std::fs::File::create(log).expect("log file");
+        let err = out.try_clone().expect("log file");
+        let child = cmd
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err))
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {name}: {e}"));
+        Self {
+            child,
+            name: name.to_string(),
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let _ = Command::new("kill")
+            .args([&format!("-{sig}"), &self.pid().to_string()])
+            .status();
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A `policy-test-agent` process.
+pub struct TestAgent {
+    pub proc: Option<Proc>,
+    pub socket: PathBuf,
+    pub script: PathBuf,
+    pub events: PathBuf,
+    log: PathBuf,
+}
+
+impl TestAgent {
+    /// Starts an agent named `name` from `script` (YAML without `name` and
+    /// `events_file`, which are added), and waits for its socket.
+    pub fn start(dir: &Path, name: &str, script: &str) -> Self {
+        let socket = dir.join(format!("{name}.sock"));
+        let events = dir.join(format!("{name}.events"));
+        let path = dir.join(format!("{name}.agent.yaml"));
+        std::fs::write(
+            &path,
+            format!("name: {name}\nevents_file: {}\n{script}", events.display()),
+        )
+        .expect("write script");
+        let mut agent = Self {
+            proc: None,
+            socket,
+            script: path,
+            events,
+            log: dir.join(format!("{name}.agent.log")),
+        };
+        agent.restart();
+        agent
+    }
+
+    /// (Re)starts the process.
+    pub fn restart(&mut self) {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_policy-test-agent"));
+        cmd.arg("--socket").arg(&self.socket).arg("--script").arg(&self.script);
+        self.proc = Some(Proc::spawn("agent", &mut cmd, &self.log));
+        wait_socket(&self.socket, Duration::from_secs(10));
+    }
+
+    /// SIGKILLs the process (its socket file stays behind, as after a crash).
+    pub fn kill(&mut self) {
+        if let Some(mut p) = self.proc.take() {
+            p.kill();
+        }
+    }
+
+    /// Lines of the events file.
+    pub fn events(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.events)
+            .unwrap_or_default()
+            .lines()
+            .map(String::from)
+            .collect()
+    }
+}
+
+/// A `policy-kernel` process serving ext_proc on a Unix socket.
+pub struct KernelProc {
+    pub proc: Proc,
+    pub socket: PathBuf,
+    pub config: PathBuf,
+    pub log: PathBuf,
+}
+
+impl KernelProc {
+    /// Writes `config` (the YAML under `policy_kernel:`, without `server`) and
+    /// starts the kernel with its socket in `dir`.
+    pub fn start(dir: &Path, body: &str) -> Self {
+        let socket = dir.join("kernel.sock");
+        let config = dir.join("kernel.yaml");
+        let text = format!(
+            "policy_kernel:\n  server:\n    port: 0\n    socket_path: {}\n  observability:\n    metrics_port: 0\n    log_level: debug\n{body}",
+            socket.display()
+        );
+        std::fs::write(&config, text).expect("write config");
+        let log = dir.join("kernel.log");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_policy-kernel"));
+        cmd.arg(format!("--config={}", config.display()));
+        let proc = Proc::spawn("kernel", &mut cmd, &log);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "kernel did not start:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Self {
+            proc,
+            socket,
+            config,
+            log,
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+/// Agent entry for a kernel config, with fast health checks for tests.
+pub fn agent_entry(name: &str, agent: &TestAgent, extra: &str) -> String {
+    format!(
+        "    - name: {name}\n      socket_path: {}\n      health_check_interval_ms: 100\n{extra}",
+        agent.socket.display()
+    )
+}
+
+/// An HTTP upstream that answers with a JSON echo of what it received:
+/// `{"method", "path", "headers": {name: value}, "body"}`. A request header
+/// `x-echo-status` sets the response status; `x-echo-body` replaces the body.
+pub struct Upstream {
+    pub addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn echo(req: hyper::Request<hyper::body::Incoming>) -> Result<hyper::Response<Full<Bytes>>, hyper::Error> {
+    let method = req.method().to_string();
+    let path = req.uri().path_and_query().map(|p| p.to_string()).unwrap_or_default();
+    let mut headers = serde_json::Map::new();
+    for k in req.headers().keys() {
+        let values: Vec<String> = req
+            .headers()
+            .get_all(k)
+            .iter()
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+            .collect();
+        headers.insert(k.to_string(), serde_json::Value::String(values.join(",")));
+    }
+    let status = req
+        .headers()
+        .get("x-echo-status")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200u16);
+    let fixed = req
+        .headers()
+        .get("x-echo-body")
+        .map(|v| Bytes::copy_from_slice(v.as_bytes()));
+    let body = req.into_body().collect().await?.to_bytes();
+    let out = match fixed {
+        Some(b) => b,
+        None => Bytes::from(
+            serde_json::json!({"method": method, "path": path, "headers": headers, "body": String::from_utf8_lossy(&body)}).to_string(),
+        ),
+    };
+    Ok(hyper::Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .header("x-upstream", "echo")
+        .body(Full::new(out))
+        .unwrap_or_default())
+}
+
+impl Upstream {
+    pub async fn start() -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind upstream");
+        let addr = listener.local_addr().expect("addr");
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                tokio::spawn(async move {
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service_fn(echo))
+                        .await;
+                });
+            }
+        });
+        Self { addr, task }
+    }
+}
+
+/// A response as the client got it.
+#[derive(Debug)]
+pub struct Got {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub body: String,
+}
+
+impl Got {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+    /// The echo upstream's JSON (panics when the upstream did not answer).
+    pub fn echo(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not an echo ({e}): {} {}", self.status, self.body))
+    }
+    pub fn echoed_header(&self, name: &str) -> Option<String> {
+        self.echo()["headers"][name].as_str().map(String::from)
+    }
+}
+
+/// Sends one request.
+pub async fn send(
+    client: &reqwest::Client,
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+) -> Got {
+    let mut req = client.request(reqwest::Method::from_bytes(method.as_bytes()).expect("method"), url);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    if let Some(b) = body {
+        req = req.body(b.to_string());
+    }
+    let resp = req.send().await.unwrap_or_else(|e| panic!("{method} {url}: {e}"));
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let body = resp.text().await.unwrap_or_default();
+    Got { status, headers, body }
+}
