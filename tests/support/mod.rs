@@ -14,6 +14,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 
 pub mod envoy;
+pub mod extproc;
 pub use envoy::Envoy;
 
 /// A temp directory for one test's sockets, configs and logs.
@@ -157,10 +158,15 @@ impl KernelProc {
     /// Writes `config` (the YAML under `policy_kernel:`, without `server`) and
     /// starts the kernel with its socket in `dir`.
     pub fn start(dir: &Path, body: &str) -> Self {
+        Self::start_with(dir, "", body)
+    }
+
+    /// Like `start`, with extra lines under `server:` (4-space indented).
+    pub fn start_with(dir: &Path, server: &str, body: &str) -> Self {
         let socket = dir.join("kernel.sock");
         let config = dir.join("kernel.yaml");
         let text = format!(
-            "policy_kernel:\n  server:\n    port: 0\n    socket_path: {}\n  observability:\n    metrics_port: 0\n    log_level: debug\n{body}",
+            "policy_kernel:\n  server:\n    port: 0\n    socket_path: {}\n{server}  observability:\n    metrics_port: 0\n    log_level: debug\n{body}",
             socket.display()
         );
         std::fs::write(&config, text).expect("write config");
