@@ -58,7 +58,7 @@ async fn stream_reset_cancels_the_agent_call() {
         ),
     );
     let mut client = extproc::connect(&kernel.socket).await;
-    let mut stream = Stream::open(&mut client, None).await;
+    let stream = Stream::open(&mut client, None).await;
     stream
         .tx
         .send(extproc::request_headers(Some("r"), &[("x-request-id", "gone-1")]))

@@ -15,6 +15,7 @@ use hyper_util::rt::TokioIo;
 
 pub mod envoy;
 pub mod extproc;
+#[allow(unused_imports)]
 pub use envoy::Envoy;
 
 /// A temp directory for one test's sockets, configs and logs.
