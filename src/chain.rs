@@ -8,6 +8,7 @@
 //! stops the chain keeping what was done. Without `on_failure`, the agent's
 //! `fail_open` decides between continue and deny.
 
+use opentelemetry::KeyValue;
 use tokio::time::Instant;
 
 use crate::aggregate::{
@@ -18,6 +19,7 @@ use crate::plan::Plan;
 use crate::proto;
 use crate::registry::{AgentCall, AgentReply, CallError};
 use crate::snapshot::{Phase, Route, Snapshot};
+use crate::telemetry::tracing::{end, RequestTrace};
 
 /// How a phase's chain ended.
 #[derive(Debug, Clone, PartialEq)]
@@ -41,17 +43,32 @@ pub struct Failure {
     pub action: &'static str,
 }
 
-/// What happened while running a chain.
+/// One agent call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallRecord {
+    /// Agent index in the snapshot.
+    pub agent: usize,
+    /// The phase.
+    pub phase: Phase,
+    /// Chain positions of the group's policies.
+    pub policies: std::ops::Range<usize>,
+    /// Call duration.
+    pub duration: std::time::Duration,
+    /// Instructions the reply carried (0 when it failed).
+    pub instructions: usize,
+}
+
+/// What happened while running the chains of one request.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Report {
-    /// Agent calls made (one per group reached).
-    pub calls: usize,
-    /// Agents called, in order.
-    pub sequence: Vec<String>,
+    /// Agent calls, in order, both phases.
+    pub calls: Vec<CallRecord>,
     /// Failed groups.
     pub failures: Vec<Failure>,
-    /// True when a `SkipRemainingPolicies` or `skip_remaining` stopped it.
+    /// True when a `SkipRemainingPolicies` or `skip_remaining` stopped a chain.
     pub skipped: bool,
+    /// Instruction conflicts seen while merging.
+    pub conflicts: u32,
 }
 
 /// A phase's view of the request: builds its calls, checks and applies replies.
@@ -122,7 +139,9 @@ pub struct Run<'a> {
     /// Metadata, accumulated over both phases.
     pub meta: &'a mut Metadata,
     /// Filled in while running.
-    pub report: Report,
+    pub report: &'a mut Report,
+    /// The request's trace, when sampled.
+    pub trace: Option<&'a RequestTrace>,
 }
 
 impl Run<'_> {
@@ -139,8 +158,23 @@ impl Run<'_> {
 
     async fn run<S: PhaseState>(&mut self, phase: Phase, plan: &Plan, state: &mut S) -> Outcome {
         let chain = self.route.chain(phase);
-        let deadline = Instant::now() + self.snap.phase_timeout;
+        let metrics = &self.route.metrics;
+        let started = Instant::now();
+        let deadline = started + self.snap.phase_timeout;
         let mut muts = Mutations::default();
+        let mut outcome = None;
+        let multi = plan.len() > 1;
+        let chain_cx = self.trace.map(|t| {
+            if multi {
+                RequestTrace::child(
+                    t.context(),
+                    "kernel.execute_policy_chain",
+                    vec![KeyValue::new("phase", phase.as_str())],
+                )
+            } else {
+                t.context().clone()
+            }
+        });
         for (n, group) in plan.iter().enumerate() {
             let Some(agent) = self.snap.agents.get(group.agent) else {
                 continue;
@@ -150,35 +184,58 @@ impl Run<'_> {
             };
             let policies = entries.iter().map(|p| p.proto.clone()).collect();
             let call = state.message(self.request_id, policies, self.meta);
-            let call_deadline = deadline.min(Instant::now() + agent.timeout());
-            self.report.calls += 1;
-            self.report.sequence.push(agent.name().to_string());
+            let call_started = Instant::now();
+            let call_cx = chain_cx.as_ref().map(|parent| {
+                let names: Vec<opentelemetry::StringValue> =
+                    entries.iter().map(|p| p.proto.name.clone().into()).collect();
+                let mut attrs = vec![KeyValue::new("agent.name", agent.name().to_string())];
+                if multi {
+                    attrs.push(KeyValue::new("policies", opentelemetry::Value::Array(names.into())));
+                    attrs.push(KeyValue::new("group.index", (n + 1) as i64));
+                    RequestTrace::child_named(parent, format!("kernel.agent_call.{}", n + 1), attrs)
+                } else {
+                    attrs.push(KeyValue::new("policy.names", opentelemetry::Value::Array(names.into())));
+                    attrs.push(KeyValue::new("policy.count", entries.len() as i64));
+                    RequestTrace::child(parent, "kernel.agent_call", attrs)
+                }
+            });
             let result = agent
-                .execute(call, call_deadline)
+                .execute(call, deadline.min(call_started + agent.timeout()), call_cx.as_ref())
                 .await
                 .and_then(|reply| state.check(self.request_id, reply));
+            if let Some(cx) = call_cx {
+                end(cx);
+            }
+            let duration = call_started.elapsed();
+            let status = match &result {
+                Ok(_) => 0,
+                Err(e) => e.status_index(),
+            };
+            if let Some(m) = metrics.agents.get(group.agent) {
+                m.calls[status].inc();
+                m.duration.observe(duration.as_secs_f64());
+            }
+            self.report.calls.push(CallRecord {
+                agent: group.agent,
+                phase,
+                policies: group.policies.clone(),
+                duration,
+                instructions: result.as_ref().map(|r| r.instructions.len()).unwrap_or(0),
+            });
             let reply = match result {
                 Ok(reply) => reply,
                 Err(error) => {
-                    let on_failure = entries.first().and_then(|p| p.on_failure);
-                    let action = match on_failure {
+                    let action = match entries.first().and_then(|p| p.on_failure) {
                         Some(f) => f,
                         None if agent.config.fail_open => OnFailure::Continue,
                         None => OnFailure::Deny,
                     };
-                    tracing::warn!(
-                        request_id = self.request_id, route = %self.route.name, phase = phase.as_str(),
-                        agent = agent.name(), step = n + 1, failure_reason = %error,
-                        on_failure_action = action.as_str(), "agent call failed"
-                    );
-                    self.report.failures.push(Failure {
-                        agent: agent.name().to_string(),
-                        step: n + 1,
-                        error,
-                        action: action.as_str(),
-                    });
+                    self.failure(phase, plan, n, error, action);
                     match action {
-                        OnFailure::Deny => return Outcome::Immediate(self.snap.responses.failure.clone()),
+                        OnFailure::Deny => {
+                            outcome = Some(Outcome::Immediate(self.snap.responses.failure.clone()));
+                            break;
+                        }
                         OnFailure::Continue => continue,
                         OnFailure::SkipRemaining => {
                             self.report.skipped = true;
@@ -187,15 +244,106 @@ impl Run<'_> {
                     }
                 }
             };
-            match state.apply(&reply, &mut muts, self.meta, n) {
+            let update_cx = chain_cx
+                .as_ref()
+                .filter(|_| multi)
+                .map(|parent| RequestTrace::child_named(parent, format!("kernel.context_update.{}", n + 1), vec![]));
+            let next = state.apply(&reply, &mut muts, self.meta, n);
+            if let Some(cx) = update_cx {
+                end(cx);
+            }
+            match next {
                 Next::Continue => {}
                 Next::Skip => {
                     self.report.skipped = true;
                     break;
                 }
-                Next::Immediate(imm) => return Outcome::Immediate(imm),
+                Next::Immediate(imm) => {
+                    outcome = Some(Outcome::Immediate(imm));
+                    break;
+                }
             }
         }
-        Outcome::Continue(muts)
+        if multi {
+            if let Some(cx) = chain_cx {
+                end(cx);
+            }
+        }
+        self.report.conflicts += muts.conflict_count();
+        if let Some(t) = self.trace.filter(|_| multi) {
+            let responses = self.report.calls.iter().filter(|c| c.phase == phase).count();
+            let instructions: usize = self
+                .report
+                .calls
+                .iter()
+                .filter(|c| c.phase == phase)
+                .map(|c| c.instructions)
+                .sum();
+            end(RequestTrace::child(
+                t.context(),
+                "kernel.aggregate_responses",
+                vec![
+                    KeyValue::new("response.count", responses as i64),
+                    KeyValue::new("instruction.count", instructions as i64),
+                    KeyValue::new("conflicts.detected", i64::from(muts.conflict_count())),
+                ],
+            ));
+        }
+        let mut agents: Vec<usize> = plan.iter().map(|g| g.agent).collect();
+        agents.sort_unstable();
+        agents.dedup();
+        if let Some(h) = metrics.chain_duration.get(agents.len()) {
+            h.observe(started.elapsed().as_secs_f64());
+        }
+        let c = muts.conflicts;
+        for (counter, n) in metrics
+            .conflicts
+            .iter()
+            .zip([c.header, c.body, c.request_line, c.status])
+        {
+            if n > 0 {
+                counter.inc_by(u64::from(n));
+            }
+        }
+        outcome.unwrap_or(Outcome::Continue(muts))
+    }
+
+    /// Records and logs a failed group (spec §10.2, partial chain failure).
+    fn failure(&mut self, phase: Phase, plan: &Plan, n: usize, error: CallError, action: OnFailure) {
+        let chain = self.route.chain(phase);
+        let name = self.snap.agents.get(plan[n].agent).map(|a| a.name()).unwrap_or("");
+        let skipped: Vec<&str> = match action {
+            OnFailure::Continue => chain.policies[plan[n].policies.clone()]
+                .iter()
+                .map(|p| p.proto.name.as_str())
+                .collect(),
+            _ => chain.policies[plan[n].policies.start..]
+                .iter()
+                .map(|p| p.proto.name.as_str())
+                .collect(),
+        };
+        let metadata = serde_json::json!({
+            "phase": phase.as_str(),
+            "total_policies": chain.policies.len(),
+            "executed_policies": plan[n].policies.start,
+            "failed_at_agent": name,
+            "failed_at_step": n + 1,
+            "failure_reason": error.to_string(),
+            "on_failure_action": action.as_str(),
+            "policies_skipped": skipped,
+        });
+        tracing::warn!(
+            request_id = self.request_id,
+            route_name = %self.route.name,
+            metadata = %metadata,
+            "Partial policy chain execution due to agent failure"
+        );
+        self.route.metrics.partial_failure(name, error.kind());
+        self.report.failures.push(Failure {
+            agent: name.to_string(),
+            step: n + 1,
+            error,
+            action: action.as_str(),
+        });
     }
 }

@@ -10,10 +10,30 @@ use tokio::sync::Notify;
 use crate::config::KernelConfig;
 use crate::registry::{self, AgentHandle};
 use crate::snapshot::Snapshot;
+use crate::telemetry::metrics::metrics;
+
+/// How [`Kernel::apply`] treats routes that cannot be served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ApplyMode {
+    /// Mark them invalid and serve the rest (startup and SIGHUP, spec §4.2).
+    Permissive,
+    /// Refuse the whole configuration (management API, spec §4.4).
+    Strict,
+}
+
+/// Why a configuration was not applied.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// Strict mode: some routes cannot be served by the discovered agents.
+    #[error("routes cannot be served: {}", .0.join("; "))]
+    InvalidRoutes(Vec<String>),
+}
 
 /// Shared kernel state.
 pub struct Kernel {
     snapshot: ArcSwap<Snapshot>,
+    /// Serialises [`Kernel::apply`].
+    applying: tokio::sync::Mutex<()>,
     /// Serialises snapshot rebuilds (never taken on the request path).
     rebuild: Mutex<()>,
     changed: Arc<Notify>,
@@ -47,8 +67,10 @@ impl Kernel {
         }
         let snapshot = Snapshot::build(Arc::new(config), agents.clone(), 1);
         snapshot.log_invalid_routes();
+        metrics().config_version.set(1);
         let kernel = Arc::new(Self {
             snapshot: ArcSwap::from_pointee(snapshot),
+            applying: tokio::sync::Mutex::new(()),
             rebuild: Mutex::new(()),
             changed: Arc::new(Notify::new()),
         });
@@ -76,6 +98,56 @@ impl Kernel {
             tracing::info!(invalid_routes = now_invalid, "agent discovery made routes valid");
         }
         self.snapshot.store(Arc::new(next));
+    }
+
+    /// Applies a validated configuration: agents are rediscovered (new ones
+    /// created, removed ones dropped once in-flight streams release them,
+    /// same-socket ones renewed keeping their connections), routes are
+    /// compiled, and the new snapshot is swapped in with the next version.
+    /// Streams in flight finish on the snapshot they started with.
+    pub async fn apply(&self, config: KernelConfig, mode: ApplyMode) -> Result<u64, ApplyError> {
+        let _one_at_a_time = self.applying.lock().await;
+        let current = self.snapshot();
+        if current.config.server.socket_path != config.server.socket_path
+            || current.config.server.port != config.server.port
+            || current.config.server.address != config.server.address
+            || current.config.observability.metrics_port != config.observability.metrics_port
+        {
+            tracing::warn!("listener addresses changed in the configuration; they take effect at the next restart");
+        }
+        let agents: Vec<Arc<AgentHandle>> = config
+            .agents
+            .iter()
+            .map(|c| {
+                match current
+                    .agents
+                    .iter()
+                    .find(|a| a.name() == c.name && a.config.socket_path == c.socket_path)
+                {
+                    Some(old) => old.renew(c.clone()),
+                    None => AgentHandle::new(c.clone()),
+                }
+            })
+            .collect();
+        futures::future::join_all(agents.iter().map(|a| registry::health::rediscover(a))).await;
+        let level = config.observability.log_level.clone();
+        let next = Snapshot::build(Arc::new(config), agents.clone(), current.version + 1);
+        let invalid: Vec<String> = next.routes.values().flat_map(|r| r.problems()).collect();
+        if mode == ApplyMode::Strict && !invalid.is_empty() {
+            return Err(ApplyError::InvalidRoutes(invalid));
+        }
+        next.log_invalid_routes();
+        for a in &agents {
+            registry::spawn_watch(a, Arc::clone(&self.changed));
+        }
+        let version = next.version;
+        {
+            let _guard = self.rebuild.lock().unwrap_or_else(|e| e.into_inner());
+            self.snapshot.store(Arc::new(next));
+        }
+        metrics().config_version.set(i64::try_from(version).unwrap_or(i64::MAX));
+        crate::telemetry::set_level(&level);
+        Ok(version)
     }
 
     /// Waits until every agent of the current snapshot is healthy, or

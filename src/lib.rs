@@ -14,9 +14,13 @@
 //! - [`envoy`] — the ext_proc service, stream state machine and translation.
 //! - [`http`] — header legality and query/path rewriting.
 //! - [`server`] — TCP and Unix-socket listeners.
-//! - [`telemetry`] — logging.
+//! - [`admin`] — `/metrics`, `/healthz`, `/readyz` and `/config`.
+//! - [`reload`] — SIGHUP reload through [`kernel::Kernel::apply`].
+//! - [`validate`] — the `validate` command's checks and route table.
+//! - [`telemetry`] — JSON logs, Prometheus metrics, OpenTelemetry traces.
 //! - [`proto`] — generated types of `proto/policy_agent.proto`.
 
+pub mod admin;
 pub mod aggregate;
 pub mod chain;
 pub mod config;
@@ -26,6 +30,8 @@ pub mod kernel;
 pub mod plan;
 pub mod proto;
 pub mod registry;
+pub mod reload;
 pub mod server;
 pub mod snapshot;
 pub mod telemetry;
+pub mod validate;

@@ -1,46 +1,119 @@
-//! The `policy-kernel` binary: parses flags, loads the config, serves.
+//! The `policy-kernel` binary: parses flags and wires the library together.
+//!
+//! - `policy-kernel --config=PATH` serves ext_proc until SIGTERM/SIGINT, then
+//!   drains (a second signal exits at once); SIGHUP reloads the file.
+//! - `policy-kernel validate --config=PATH [--check-agents]` checks a file and
+//!   prints its route table, like `nginx -t`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::Context;
-use clap::Parser;
-use policy_kernel::{config, kernel::Kernel, server, telemetry};
+use clap::{Parser, Subcommand};
+use policy_kernel::{admin::Admin, config, kernel::Kernel, reload, server, telemetry, validate};
+use tokio::signal::unix::{signal, SignalKind};
 
 /// Envoy ext_proc sidecar that runs route policy chains on policy agents.
 #[derive(Debug, Parser)]
 #[command(name = "policy-kernel", version)]
 struct Cli {
     /// Path of the kernel configuration (YAML).
-    #[arg(long)]
-    config: PathBuf,
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Check the configuration, print the route table, exit non-zero on errors.
+    Validate {
+        /// Also contact the agents and plan every route against them.
+        #[arg(long)]
+        check_agents: bool,
+    },
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let cfg = config::load(&cli.config)?;
+    let path = cli.config.context("--config=PATH is required")?;
+    match cli.command {
+        Some(Command::Validate { check_agents }) => {
+            let ok = validate::run(&path, check_agents, &mut std::io::stdout()).await?;
+            std::process::exit(if ok { 0 } else { 1 });
+        }
+        None => serve(path).await,
+    }
+}
+
+async fn serve(path: PathBuf) -> anyhow::Result<()> {
+    let cfg = config::load(&path)?;
     telemetry::init_logging(&cfg.observability.log_level);
+    telemetry::tracing::init(&cfg.observability.tracing)?;
     let addr: SocketAddr = format!("{}:{}", cfg.server.address, cfg.server.port)
         .parse()
         .context("server.address")?;
+    let metrics_addr: SocketAddr = format!(
+        "{}:{}",
+        cfg.observability.metrics_address, cfg.observability.metrics_port
+    )
+    .parse()
+    .context("observability.metrics_address")?;
+    let metrics_on = cfg.observability.metrics_port != 0;
+    let drain = Duration::from_millis(cfg.server.drain_timeout_ms);
     let socket = cfg.server.socket_path.clone();
     let listeners = server::Listeners::bind(addr, socket.as_deref()).await?;
     let bound = listeners.local_addr()?;
     let kernel = Kernel::start(cfg).await;
+    let admin = Admin::new(kernel.clone());
+    if metrics_on {
+        let at = admin
+            .clone()
+            .spawn(metrics_addr)
+            .await
+            .context("binding the metrics port")?;
+        tracing::info!(address = %at, "metrics and health endpoints");
+    }
+    reload::spawn_sighup(kernel.clone(), path)?;
+
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let draining = std::sync::Arc::new(tokio::sync::Notify::new());
+    spawn_signals(stop_tx, draining.clone(), admin.clone())?;
     tracing::info!(address = %bound, socket = ?socket, "policy kernel serving ext_proc");
-    server::serve(kernel, listeners, shutdown_signal()).await?;
+    admin.set_ready(true);
+    let served = server::serve(kernel, listeners, async {
+        let _ = stop_rx.await;
+    });
+    tokio::select! {
+        result = served => result?,
+        _ = async { draining.notified().await; tokio::time::sleep(drain).await } => {
+            tracing::warn!(drain_timeout_ms = drain.as_millis() as u64, "drain timeout: exiting with streams in flight");
+        }
+    }
+    telemetry::tracing::shutdown();
     tracing::info!("policy kernel stopped");
     Ok(())
 }
 
-async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let Ok(mut term) = signal(SignalKind::terminate()) else {
-        return;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
-    }
+/// First SIGTERM/SIGINT: stop accepting streams and drain. Second: exit now.
+fn spawn_signals(
+    stop: tokio::sync::oneshot::Sender<()>,
+    draining: std::sync::Arc<tokio::sync::Notify>,
+    admin: Admin,
+) -> std::io::Result<()> {
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::spawn(async move {
+        tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+        tracing::info!("shutting down: draining in-flight streams");
+        admin.set_ready(false);
+        draining.notify_one();
+        let _ = stop.send(());
+        tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+        tracing::warn!("second signal: exiting now");
+        std::process::exit(1);
+    });
+    Ok(())
 }

@@ -15,6 +15,7 @@ use crate::aggregate::Immediate;
 use crate::config::{encode_params, KernelConfig, OnFailure, PhaseValidation, ResponseConfig};
 use crate::proto::{self, PolicyPhase};
 use crate::registry::AgentHandle;
+use crate::telemetry::metrics::RouteMetrics;
 
 /// Which phase a chain runs in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,7 +71,7 @@ pub struct Chain {
 }
 
 /// A compiled route.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Route {
     /// The route name.
     pub name: String,
@@ -80,6 +81,8 @@ pub struct Route {
     pub response: Chain,
     /// Round-robin counter for choosing among equally good agents.
     pub rr: AtomicUsize,
+    /// Metric handles of this route, indexed by agent.
+    pub metrics: RouteMetrics,
 }
 
 impl Route {
@@ -120,6 +123,8 @@ pub struct Snapshot {
     pub version: u64,
     /// Routes by name.
     pub routes: HashMap<String, Arc<Route>>,
+    /// Metric handles for requests that match no route (label `unknown`).
+    pub unknown: RouteMetrics,
     /// Agents; indices in routes refer to this list.
     pub agents: Vec<Arc<AgentHandle>>,
     /// Configured responses.
@@ -152,6 +157,7 @@ impl Snapshot {
     /// `agents` must hold one handle per configured agent, in config order.
     pub fn build(config: Arc<KernelConfig>, agents: Vec<Arc<AgentHandle>>, version: u64) -> Self {
         let by_name: HashMap<&str, usize> = agents.iter().enumerate().map(|(i, a)| (a.name(), i)).collect();
+        let names: Vec<&str> = agents.iter().map(|a| a.name()).collect();
         let routes = config
             .route_policies
             .iter()
@@ -161,6 +167,7 @@ impl Snapshot {
                     request: compile_chain(&r.request_policy_chain, Phase::Request, &agents, &by_name),
                     response: compile_chain(&r.response_policy_chain, Phase::Response, &agents, &by_name),
                     rr: AtomicUsize::new(0),
+                    metrics: RouteMetrics::new(&r.route_name, &names),
                 };
                 (r.route_name.clone(), Arc::new(route))
             })
@@ -168,6 +175,7 @@ impl Snapshot {
         Self {
             version,
             routes,
+            unknown: RouteMetrics::new("unknown", &[]),
             agents,
             responses: Responses {
                 not_supported: immediate(&config.policy_not_supported_response, "policy_not_supported"),

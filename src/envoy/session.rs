@@ -19,17 +19,21 @@ use envoy_types::pb::google::protobuf::{value::Kind, Struct};
 
 use super::translate::{self, Answer};
 use crate::aggregate::{Metadata, RequestCtx, ResponseCtx};
-use crate::chain::{Outcome, Run};
+use crate::chain::{Outcome, Report, Run};
 use crate::config::PhaseValidation;
 use crate::kernel::Kernel;
 use crate::plan::{plan_healthy, plan_route, Plan, PlanError};
 use crate::snapshot::{Route, Snapshot};
+use crate::telemetry::metrics::{metrics, NoCall};
+use crate::telemetry::tracing::{end, RequestTrace, TraceHeaders};
+use opentelemetry::KeyValue;
 
 /// Envoy's attribute namespace for ext_proc.
 const ATTRIBUTES: &str = "envoy.filters.http.ext_proc";
 
 /// State of one stream.
 pub struct Session {
+    _active: ActiveStream,
     kernel: Arc<Kernel>,
     /// Route name from the stream's gRPC metadata (`x-route-name`).
     route_hint: Option<String>,
@@ -45,7 +49,27 @@ enum State {
     Active(Box<Active>),
 }
 
+/// Counts the stream in `policy_kernel_active_streams` while it lives.
+struct ActiveStream;
+
+impl ActiveStream {
+    fn new() -> Self {
+        metrics().active_streams.inc();
+        Self
+    }
+}
+
+impl Drop for ActiveStream {
+    fn drop(&mut self) {
+        metrics().active_streams.dec();
+    }
+}
+
 struct Active {
+    started: std::time::Instant,
+    report: Report,
+    /// The request's trace, when sampled.
+    trace: Option<RequestTrace>,
     snap: Arc<Snapshot>,
     route: Arc<Route>,
     request: RequestCtx,
@@ -139,6 +163,7 @@ impl Session {
     /// A new stream; `route_hint` is the `x-route-name` gRPC metadata.
     pub fn new(kernel: Arc<Kernel>, route_hint: Option<String>) -> Self {
         Self {
+            _active: ActiveStream::new(),
             kernel,
             route_hint,
             state: State::Fresh,
@@ -175,9 +200,22 @@ impl Session {
             return translate::respond(Answer::RequestHeaders, None);
         }
         self.state = State::Passthrough;
+        let trace = RequestTrace::start(TraceHeaders {
+            traceparent: header(&h, "traceparent"),
+            tracestate: header(&h, "tracestate"),
+        });
+        let lookup = trace
+            .as_ref()
+            .map(|t| RequestTrace::child(t.context(), "kernel.route_lookup", vec![]));
         let snap = self.kernel.snapshot();
         let name = self.route_name(&snap, &h, attrs);
-        let Some(route) = name.as_deref().and_then(|n| snap.routes.get(n)).cloned() else {
+        let route = name.as_deref().and_then(|n| snap.routes.get(n)).cloned();
+        if let (Some(cx), Some(t)) = (lookup, &trace) {
+            t.set(vec![KeyValue::new("route.name", name.clone().unwrap_or_default())]);
+            end(cx);
+        }
+        let Some(route) = route else {
+            snap.unknown.no_call[NoCall::Passthrough as usize].inc();
             tracing::info!(
                 route = name.as_deref().unwrap_or(""),
                 action = "CONTINUE",
@@ -188,15 +226,41 @@ impl Session {
         let end_of_stream = h.end_of_stream;
         let request = request_ctx(h, attrs);
         let rr = route.rr.fetch_add(1, Ordering::Relaxed);
-        let (request_plan, response_plan) = match plan_route(&route, &snap.agents, rr) {
+        let planning = trace
+            .as_ref()
+            .map(|t| RequestTrace::child(t.context(), "kernel.create_execution_plan", vec![]));
+        let planned = plan_route(&route, &snap.agents, rr);
+        if let Some(cx) = planning {
+            if let Ok((req, resp)) = &planned {
+                let mut agents: Vec<usize> = req.iter().chain(resp).map(|g| g.agent).collect();
+                agents.sort_unstable();
+                agents.dedup();
+                let span = opentelemetry::trace::TraceContextExt::span(&cx);
+                span.set_attribute(KeyValue::new(
+                    "total.policies",
+                    (route.request.policies.len() + route.response.policies.len()) as i64,
+                ));
+                span.set_attribute(KeyValue::new("total.agents", agents.len() as i64));
+                span.set_attribute(KeyValue::new("execution.groups", (req.len() + resp.len()) as i64));
+            }
+            end(cx);
+        }
+        let (request_plan, response_plan) = match planned {
             Ok(plans) => plans,
             Err(e) => return refuse(&snap, &route, &request.request_id, &e),
         };
+        if request_plan.is_empty() && response_plan.is_empty() {
+            route.metrics.no_call[NoCall::Passthrough as usize].inc();
+            return translate::respond(Answer::RequestHeaders, None);
+        }
         let want_request_body = route.request.needs_body && !request_plan.is_empty();
         let response_body = route.response.needs_body && !response_plan.is_empty();
         let buffer_request = want_request_body && !end_of_stream;
         let mode = (buffer_request || response_body).then(|| translate::mode_override(buffer_request, response_body));
         let mut active = Box::new(Active {
+            started: std::time::Instant::now(),
+            report: Report::default(),
+            trace,
             snap,
             route,
             request,
@@ -249,7 +313,9 @@ impl Session {
         {
             tracing::warn!(route = %active.route.name, request_id = %active.request.request_id, phase = "response",
                 validation_phase = "strict", error_type = "AGENT_UNAVAILABLE", "Planned response agent unhealthy - returning 503 error");
-            return translate::immediate(&active.snap.responses.unavailable);
+            let imm = &active.snap.responses.unavailable;
+            active.route.metrics.immediate(imm.status, &imm.reason);
+            return translate::immediate(imm);
         }
         let end_of_stream = h.end_of_stream;
         let mut response = response_ctx(h);
@@ -276,18 +342,6 @@ impl Session {
 }
 
 impl Active {
-    /// A chain run over this stream's snapshot, route and metadata, with the
-    /// request id of `request` (held outside `self` while the chain runs).
-    fn run_with<'a>(&'a mut self, request: &'a RequestCtx) -> Run<'a> {
-        Run {
-            snap: &self.snap,
-            route: &self.route,
-            request_id: &request.request_id,
-            meta: &mut self.meta,
-            report: Default::default(),
-        }
-    }
-
     async fn run_request(&mut self, plan: &Plan, answer: Answer) -> ProcessingResponse {
         let mut request = std::mem::take(&mut self.request);
         let id = request.request_id.clone();
@@ -297,7 +351,8 @@ impl Active {
                 route: &self.route,
                 request_id: &id,
                 meta: &mut self.meta,
-                report: Default::default(),
+                report: &mut self.report,
+                trace: self.trace.as_ref(),
             };
             run.request(plan, &mut request).await
         };
@@ -306,21 +361,37 @@ impl Active {
     }
 
     async fn run_response(&mut self, mut response: ResponseCtx, answer: Answer) -> ProcessingResponse {
-        let request = std::mem::take(&mut self.request);
-        let plan = std::mem::take(&mut self.response_plan);
-        let outcome = self.run_with(&request).response(&plan, &request, &mut response).await;
-        self.request = request;
-        self.response_plan = plan;
+        let outcome = {
+            let mut run = Run {
+                snap: &self.snap,
+                route: &self.route,
+                request_id: &self.request.request_id,
+                meta: &mut self.meta,
+                report: &mut self.report,
+                trace: self.trace.as_ref(),
+            };
+            run.response(&self.response_plan, &self.request, &mut response).await
+        };
         self.finish(outcome, answer)
     }
 
     fn finish(&self, outcome: Outcome, answer: Answer) -> ProcessingResponse {
+        let conversion = self
+            .trace
+            .as_ref()
+            .map(|t| RequestTrace::child(t.context(), "kernel.response_conversion", vec![]));
         let mut resp = match outcome {
             Outcome::Continue(m) if m.is_empty() => translate::respond(answer, None),
             Outcome::Continue(m) => translate::respond(answer, Some(translate::common(&m, answer))),
-            Outcome::Immediate(imm) => translate::immediate(&imm),
+            Outcome::Immediate(imm) => {
+                self.route.metrics.immediate(imm.status, &imm.reason);
+                translate::immediate(&imm)
+            }
         };
         resp.dynamic_metadata = Some(translate::dynamic_metadata(&self.route.name, &self.meta));
+        if let Some(cx) = conversion {
+            end(cx);
+        }
         resp
     }
 }
@@ -338,6 +409,11 @@ fn refuse(snap: &Snapshot, route: &Route, request_id: &str, e: &PlanError) -> Pr
                 unsupported_policies = ?policies, available_agents = ?available, error_type = "POLICY_NOT_SUPPORTED",
                 response_status = snap.responses.not_supported.status, action = "IMMEDIATE_RESPONSE",
                 "Policy not supported by any agent - returning 500 error");
+            route.metrics.no_call[NoCall::NotSupported as usize].inc();
+            route.metrics.immediate(
+                snap.responses.not_supported.status,
+                &snap.responses.not_supported.reason,
+            );
             translate::immediate(&snap.responses.not_supported)
         }
         PlanError::Unavailable {
@@ -349,7 +425,86 @@ fn refuse(snap: &Snapshot, route: &Route, request_id: &str, e: &PlanError) -> Pr
                 affected_policies = ?policies, unhealthy_agents = ?agents, error_type = "AGENT_UNAVAILABLE",
                 response_status = snap.responses.unavailable.status, action = "IMMEDIATE_RESPONSE",
                 "All supporting agents unhealthy - returning 503 error");
+            route.metrics.no_call[NoCall::Unavailable as usize].inc();
+            route
+                .metrics
+                .immediate(snap.responses.unavailable.status, &snap.responses.unavailable.reason);
             translate::immediate(&snap.responses.unavailable)
         }
+    }
+}
+
+impl Drop for Active {
+    /// The end of the request: metrics and the summary log of spec §10.2.
+    fn drop(&mut self) {
+        let calls = &self.report.calls;
+        self.route.metrics.calls_per_request.observe(calls.len() as f64);
+        if let Some(t) = &self.trace {
+            let mut agents: Vec<usize> = calls.iter().map(|c| c.agent).collect();
+            agents.sort_unstable();
+            agents.dedup();
+            let policies = self.route.request.policies.len() + self.route.response.policies.len();
+            let mut attrs = vec![
+                KeyValue::new(
+                    "execution.mode",
+                    if calls.len() > 1 { "multi-agent" } else { "single-agent" },
+                ),
+                KeyValue::new("agent.count", agents.len() as i64),
+                KeyValue::new("policy.count", policies as i64),
+                KeyValue::new("execution.groups", calls.len() as i64),
+                KeyValue::new("partial.failure", !self.report.failures.is_empty()),
+                KeyValue::new("aggregation.conflicts", i64::from(self.report.conflicts)),
+            ];
+            if let Some(f) = self.report.failures.first() {
+                attrs.push(KeyValue::new("failed.agent", f.agent.clone()));
+            }
+            t.set(attrs);
+        }
+        if calls.is_empty() || !tracing::enabled!(tracing::Level::INFO) {
+            return;
+        }
+        let name = |i: usize| self.snap.agents.get(i).map(|a| a.name()).unwrap_or("");
+        let duration_ms = self.started.elapsed().as_millis() as u64;
+        let policies = |c: &crate::chain::CallRecord| -> Vec<&str> {
+            let chain = self.route.chain(c.phase);
+            chain.policies[c.policies.clone()]
+                .iter()
+                .map(|p| p.proto.name.as_str())
+                .collect()
+        };
+        let total_policies: usize = calls.iter().map(|c| c.policies.len()).sum();
+        let instructions: usize = calls.iter().map(|c| c.instructions).sum();
+        let mut agents: Vec<usize> = calls.iter().map(|c| c.agent).collect();
+        agents.sort_unstable();
+        agents.dedup();
+        if agents.len() == 1 {
+            let metadata = serde_json::json!({"policies_executed": total_policies, "instructions_count": instructions});
+            tracing::info!(request_id = %self.request.request_id, route_name = %self.route.name,
+                agent_name = name(agents[0]), duration_ms, metadata = %metadata, "Request processed successfully");
+            return;
+        }
+        let mut per_agent = serde_json::Map::new();
+        let mut durations = serde_json::Map::new();
+        for c in calls {
+            let entry = per_agent.entry(name(c.agent)).or_insert_with(|| serde_json::json!([]));
+            if let Some(list) = entry.as_array_mut() {
+                list.extend(policies(c).into_iter().map(serde_json::Value::from));
+            }
+            let d = durations.entry(name(c.agent)).or_insert_with(|| serde_json::json!([]));
+            if let Some(list) = d.as_array_mut() {
+                list.push((c.duration.as_millis() as u64).into());
+            }
+        }
+        let metadata = serde_json::json!({
+            "total_policies": total_policies,
+            "agents_called": calls.len(),
+            "agent_sequence": calls.iter().map(|c| name(c.agent)).collect::<Vec<_>>(),
+            "phases": calls.iter().map(|c| c.phase.as_str()).collect::<Vec<_>>(),
+            "policies_per_agent": per_agent,
+            "total_instructions": instructions,
+            "agent_durations_ms": durations,
+        });
+        tracing::info!(request_id = %self.request.request_id, route_name = %self.route.name, duration_ms,
+            metadata = %metadata, "Policy chain executed across multiple agents");
     }
 }

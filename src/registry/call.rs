@@ -44,6 +44,16 @@ pub enum CallError {
 }
 
 impl CallError {
+    /// Index of this outcome in `telemetry::metrics::CALL_STATUSES`.
+    pub fn status_index(&self) -> usize {
+        match self {
+            CallError::Timeout => 1,
+            CallError::Unavailable(_) => 2,
+            CallError::Failed(_) => 3,
+            CallError::Invalid(_) => 4,
+        }
+    }
+
     /// Short label for metrics and logs.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -69,7 +79,12 @@ impl AgentHandle {
     /// (up to `retry.max_attempts`, `retry.backoff_ms` apart, within the
     /// deadline) only when the connection could not be made, so a policy never
     /// sees the same request twice.
-    pub async fn execute(&self, call: AgentCall, deadline: Instant) -> Result<AgentReply, CallError> {
+    pub async fn execute(
+        &self,
+        call: AgentCall,
+        deadline: Instant,
+        trace: Option<&opentelemetry::Context>,
+    ) -> Result<AgentReply, CallError> {
         let attempts = self.config.retry.max_attempts.max(1);
         let backoff = Duration::from_millis(self.config.retry.backoff_ms);
         let mut call = Some(call);
@@ -81,12 +96,16 @@ impl AgentHandle {
             let ms = i64::try_from(remaining.as_millis()).unwrap_or(i64::MAX).max(1);
             let mut this = if attempt == attempts { call.take() } else { call.clone() }.ok_or(CallError::Timeout)?;
             this.set_deadline(ms);
-            match tokio::time::timeout(remaining, self.send(this, remaining)).await {
-                Err(_) => return Err(CallError::Timeout),
+            match tokio::time::timeout(remaining, self.send(this, remaining, trace)).await {
+                Err(_) => {
+                    self.metrics.timeouts.inc();
+                    return Err(CallError::Timeout);
+                }
                 Ok(Ok(reply)) => return Ok(reply),
                 Ok(Err(status)) => {
                     let not_sent = TransportError::is_not_sent(&status);
                     if status.code() == tonic::Code::DeadlineExceeded {
+                        self.metrics.timeouts.inc();
                         return Err(CallError::Timeout);
                     }
                     if !not_sent {
@@ -103,23 +122,34 @@ impl AgentHandle {
         Err(CallError::Timeout)
     }
 
-    async fn send(&self, call: AgentCall, timeout: Duration) -> Result<AgentReply, tonic::Status> {
+    async fn send(
+        &self,
+        call: AgentCall,
+        timeout: Duration,
+        trace: Option<&opentelemetry::Context>,
+    ) -> Result<AgentReply, tonic::Status> {
+        fn request<T>(msg: T, timeout: Duration, trace: Option<&opentelemetry::Context>) -> tonic::Request<T> {
+            let mut req = tonic::Request::new(msg);
+            req.set_timeout(timeout);
+            if let Some(cx) = trace {
+                crate::telemetry::tracing::inject(cx, req.metadata_mut());
+            }
+            req
+        }
         let mut client = self.client();
         match call {
-            AgentCall::Request(r) => {
-                let mut req = tonic::Request::new(r);
-                req.set_timeout(timeout);
-                Ok(AgentReply::Request(
-                    client.execute_policy_request(req).await?.into_inner(),
-                ))
-            }
-            AgentCall::Response(r) => {
-                let mut req = tonic::Request::new(r);
-                req.set_timeout(timeout);
-                Ok(AgentReply::Response(
-                    client.execute_policy_response(req).await?.into_inner(),
-                ))
-            }
+            AgentCall::Request(r) => Ok(AgentReply::Request(
+                client
+                    .execute_policy_request(request(r, timeout, trace))
+                    .await?
+                    .into_inner(),
+            )),
+            AgentCall::Response(r) => Ok(AgentReply::Response(
+                client
+                    .execute_policy_response(request(r, timeout, trace))
+                    .await?
+                    .into_inner(),
+            )),
         }
     }
 }

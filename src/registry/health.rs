@@ -74,9 +74,18 @@ fn discovery_timeout(agent: &AgentHandle) -> Duration {
 /// Runs one round: discovers when needed, then health-checks. Returns true
 /// when the declared policies changed.
 pub async fn round(agent: &AgentHandle) -> bool {
+    round_with(agent, false).await
+}
+
+/// Like [`round`], but always rediscovers (configuration reload).
+pub async fn rediscover(agent: &AgentHandle) -> bool {
+    round_with(agent, true).await
+}
+
+async fn round_with(agent: &AgentHandle, force: bool) -> bool {
     let name = agent.name();
     let mut changed = false;
-    if agent.discovered().is_none() || !agent.is_healthy() {
+    if force || agent.discovered().is_none() || !agent.is_healthy() {
         match discover(agent, discovery_timeout(agent)).await {
             Ok(d) => {
                 if d.agent_name != name {

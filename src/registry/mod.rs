@@ -23,11 +23,14 @@ pub use health::{discover, spawn_watch, Discovered};
 
 use crate::config::AgentConfig;
 use crate::proto::PolicyInfo;
+use crate::telemetry::metrics::AgentMetrics;
 
 /// One configured agent.
 pub struct AgentHandle {
     /// The agent's configuration.
     pub config: AgentConfig,
+    /// The agent's metric handles.
+    pub metrics: AgentMetrics,
     client: AgentClient,
     healthy: AtomicBool,
     discovered: ArcSwapOption<Discovered>,
@@ -47,10 +50,24 @@ impl AgentHandle {
     pub fn new(config: AgentConfig) -> Arc<Self> {
         let client = connect_lazy(&config.socket_path);
         Arc::new(Self {
+            metrics: AgentMetrics::new(&config.name),
             config,
             client,
             healthy: AtomicBool::new(false),
             discovered: ArcSwapOption::empty(),
+        })
+    }
+
+    /// A handle with a new configuration for the same socket: it shares the
+    /// connection pool, health and discovery results of `self`, so a reload
+    /// that only changes timeouts does not disturb traffic.
+    pub fn renew(&self, config: AgentConfig) -> Arc<Self> {
+        Arc::new(Self {
+            metrics: AgentMetrics::new(&config.name),
+            config,
+            client: self.client.clone(),
+            healthy: AtomicBool::new(self.is_healthy()),
+            discovered: ArcSwapOption::new(self.discovered()),
         })
     }
 
@@ -66,6 +83,7 @@ impl AgentHandle {
 
     /// Records the health check outcome; returns the previous value.
     pub fn set_healthy(&self, healthy: bool) -> bool {
+        self.metrics.health.set(i64::from(healthy));
         self.healthy.swap(healthy, Ordering::AcqRel)
     }
 

@@ -1,0 +1,62 @@
+//! Configuration reload (spec §11): SIGHUP re-reads the file and applies it
+//! through [`Kernel::apply`], the one entry point a future management API
+//! will also use (with [`ApplyMode::Strict`]).
+//!
+//! A file that does not load (YAML, unknown keys, structural errors) is
+//! rejected: the old configuration stays in force, the error is logged and
+//! `policy_kernel_config_reload_total{status="failure"}` counts it. SIGHUPs
+//! that arrive while a reload runs coalesce into one more reload, which
+//! reads the file's latest contents.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio::signal::unix::{signal, SignalKind};
+use tokio::sync::Notify;
+
+use crate::config;
+use crate::kernel::{ApplyMode, Kernel};
+use crate::telemetry::metrics::metrics;
+
+/// Reloads `path` into `kernel` once; returns the new version.
+pub async fn reload_file(kernel: &Arc<Kernel>, path: &std::path::Path) -> Option<u64> {
+    let result = match config::load(path) {
+        Ok(cfg) => kernel
+            .apply(cfg, ApplyMode::Permissive)
+            .await
+            .map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    match result {
+        Ok(version) => {
+            metrics().reloads.with_label_values(&["success"]).inc();
+            tracing::info!(version, path = %path.display(), "configuration reloaded");
+            Some(version)
+        }
+        Err(error) => {
+            metrics().reloads.with_label_values(&["failure"]).inc();
+            tracing::error!(%error, path = %path.display(), "configuration reload rejected; the previous configuration stays in force");
+            None
+        }
+    }
+}
+
+/// Spawns the SIGHUP listener and the reload worker.
+pub fn spawn_sighup(kernel: Arc<Kernel>, path: PathBuf) -> std::io::Result<()> {
+    let mut hup = signal(SignalKind::hangup())?;
+    let pending = Arc::new(Notify::new());
+    let worker = Arc::clone(&pending);
+    tokio::spawn(async move {
+        loop {
+            worker.notified().await;
+            reload_file(&kernel, &path).await;
+        }
+    });
+    tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            // At most one stored permit: a burst becomes one more reload.
+            pending.notify_one();
+        }
+    });
+    Ok(())
+}

@@ -1,0 +1,7 @@
+//! Observability: JSON logs, Prometheus metrics and OpenTelemetry traces.
+
+pub mod logging;
+pub mod metrics;
+pub mod tracing;
+
+pub use logging::{init_logging, set_level};
