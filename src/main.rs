@@ -92,6 +92,9 @@ async fn serve(path: PathBuf) -> anyhow::Result<()> {
             tracing::warn!(drain_timeout_ms = drain.as_millis() as u64, "drain timeout: exiting with streams in flight");
         }
     }
+    if let Some(path) = &socket {
+        let _ = std::fs::remove_file(path);
+    }
     telemetry::tracing::shutdown();
     tracing::info!("policy kernel stopped");
     Ok(())

@@ -22,7 +22,8 @@
 //! ```
 //!
 //! Templates: `${header:NAME}`, `${meta:KEY}`, `${param:NAME}`, `${path}`,
-//! `${method}`, `${body}`, `${agent}`, `${status}` (response phase).
+//! `${method}`, `${body}`, `${agent}`, `${status}` (response phase),
+//! `${traceparent}` (the call's gRPC metadata).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -154,6 +155,24 @@ struct Agent {
     script: Script,
 }
 
+/// One call's inputs.
+struct Call<'a> {
+    id: &'a str,
+    policies: &'a [proto::Policy],
+    req: &'a proto::RequestData,
+    resp: Option<&'a proto::ResponseData>,
+    meta: &'a std::collections::HashMap<String, String>,
+    traceparent: &'a str,
+}
+
+fn traceparent<T>(r: &Request<T>) -> String {
+    r.metadata()
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string()
+}
+
 /// Values templates read.
 struct View<'a> {
     agent: &'a str,
@@ -161,6 +180,7 @@ struct View<'a> {
     resp: Option<&'a proto::ResponseData>,
     meta: &'a BTreeMap<String, String>,
     params: &'a std::collections::HashMap<String, String>,
+    traceparent: &'a str,
 }
 
 impl View<'_> {
@@ -193,6 +213,7 @@ impl View<'_> {
                 "path" => self.req.path.clone(),
                 "method" => self.req.method.clone(),
                 "agent" => self.agent.to_string(),
+                "traceparent" => self.traceparent.to_string(),
                 "status" => self.resp.map(|r| r.status_code.to_string()).unwrap_or_default(),
                 "body" => String::from_utf8_lossy(match self.resp {
                     Some(r) => &r.body,
@@ -259,14 +280,15 @@ impl Drop for CallLog {
 
 impl Agent {
     /// Runs the call's policies; returns (steps per policy, reply id, metadata).
-    async fn run(
-        &self,
-        id: &str,
-        policies: &[proto::Policy],
-        req: &proto::RequestData,
-        resp: Option<&proto::ResponseData>,
-        meta_in: &std::collections::HashMap<String, String>,
-    ) -> (Vec<(Step, String)>, String, BTreeMap<String, String>) {
+    async fn run(&self, call: Call<'_>) -> (Vec<(Step, String)>, String, BTreeMap<String, String>) {
+        let Call {
+            id,
+            policies,
+            req,
+            resp,
+            meta: meta_in,
+            traceparent,
+        } = call;
         let names: Vec<&str> = policies.iter().map(|p| p.name.as_str()).collect();
         let log = CallLog::new(&self.script.events_file, format!("{} {id}", names.join(",")));
         let mut meta: BTreeMap<String, String> = meta_in.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
@@ -296,6 +318,7 @@ impl Agent {
                     resp,
                     meta: &meta,
                     params: &p.params,
+                    traceparent,
                 };
                 let rendered = match step {
                     Step::SetMetadata { value, .. } => view.render(value),
@@ -412,10 +435,18 @@ impl PolicyAgent for Agent {
         &self,
         request: Request<proto::PolicyRequestPhase>,
     ) -> Result<Response<proto::PolicyRequestResponse>, Status> {
+        let tp = traceparent(&request);
         let r = request.into_inner();
         let data = r.request_data.unwrap_or_default();
         let (steps, request_id, _) = self
-            .run(&r.request_id, &r.policies, &data, None, &r.policy_metadata)
+            .run(Call {
+                id: &r.request_id,
+                policies: &r.policies,
+                req: &data,
+                resp: None,
+                meta: &r.policy_metadata,
+                traceparent: &tp,
+            })
             .await;
         Ok(Response::new(proto::PolicyRequestResponse {
             request_id,
@@ -433,11 +464,19 @@ impl PolicyAgent for Agent {
         &self,
         request: Request<proto::PolicyResponsePhase>,
     ) -> Result<Response<proto::PolicyResponseResponse>, Status> {
+        let tp = traceparent(&request);
         let r = request.into_inner();
         let data = r.request_data.unwrap_or_default();
         let resp = r.response_data.unwrap_or_default();
         let (steps, request_id, _) = self
-            .run(&r.request_id, &r.policies, &data, Some(&resp), &r.policy_metadata)
+            .run(Call {
+                id: &r.request_id,
+                policies: &r.policies,
+                req: &data,
+                resp: Some(&resp),
+                meta: &r.policy_metadata,
+                traceparent: &tp,
+            })
             .await;
         Ok(Response::new(proto::PolicyResponseResponse {
             request_id,

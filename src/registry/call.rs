@@ -104,7 +104,11 @@ impl AgentHandle {
                 Ok(Ok(reply)) => return Ok(reply),
                 Ok(Err(status)) => {
                     let not_sent = TransportError::is_not_sent(&status);
-                    if status.code() == tonic::Code::DeadlineExceeded {
+                    // The agent's own gRPC server enforces the deadline we
+                    // sent and answers DEADLINE_EXCEEDED or, for tonic,
+                    // CANCELLED ("Timeout expired"), sometimes before our
+                    // timer fires: both are timeouts.
+                    if matches!(status.code(), tonic::Code::DeadlineExceeded | tonic::Code::Cancelled) {
                         self.metrics.timeouts.inc();
                         return Err(CallError::Timeout);
                     }

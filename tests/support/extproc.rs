@@ -13,8 +13,11 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, Endpoint};
 
+/// The ext_proc client type.
+pub type Client = ExternalProcessorClient<Channel>;
+
 /// Connects to the kernel's Unix socket.
-pub async fn connect(socket: &Path) -> ExternalProcessorClient<Channel> {
+pub async fn connect(socket: &Path) -> Client {
     let path = socket.to_path_buf();
     let channel = Endpoint::from_static("http://kernel")
         .connect_with_connector(tower::service_fn(move |_| {

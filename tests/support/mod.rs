@@ -153,6 +153,8 @@ pub struct KernelProc {
     pub socket: PathBuf,
     pub config: PathBuf,
     pub log: PathBuf,
+    pub metrics_port: u16,
+    server: String,
 }
 
 impl KernelProc {
@@ -166,35 +168,80 @@ impl KernelProc {
     pub fn start_with(dir: &Path, server: &str, body: &str) -> Self {
         let socket = dir.join("kernel.sock");
         let config = dir.join("kernel.yaml");
-        let text = format!(
-            "policy_kernel:\n  server:\n    port: 0\n    socket_path: {}\n{server}  observability:\n    metrics_port: 0\n    log_level: debug\n{body}",
-            socket.display()
-        );
-        std::fs::write(&config, text).expect("write config");
+        let metrics_port = free_port();
         let log = dir.join("kernel.log");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_policy-kernel"));
-        cmd.arg(format!("--config={}", config.display()));
-        let proc = Proc::spawn("kernel", &mut cmd, &log);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::os::unix::net::UnixStream::connect(&socket).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "kernel did not start:\n{}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Self {
-            proc,
+        let mut k = Self {
+            proc: Proc::spawn(
+                "kernel-placeholder",
+                Command::new("true").arg(""),
+                &dir.join("placeholder.log"),
+            ),
             socket,
             config,
             log,
+            metrics_port,
+            server: server.to_string(),
+        };
+        k.write_config(body);
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_policy-kernel"));
+        cmd.arg(format!("--config={}", k.config.display()));
+        k.proc = Proc::spawn("kernel", &mut cmd, &k.log);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::os::unix::net::UnixStream::connect(&k.socket).is_err() {
+            assert!(Instant::now() < deadline, "kernel did not start:\n{}", k.log());
+            std::thread::sleep(Duration::from_millis(20));
         }
+        k
+    }
+
+    /// (Re)writes the config file with the same server section and `body`.
+    pub fn write_config(&self, body: &str) {
+        let text = format!(
+            "policy_kernel:\n  server:\n    port: 0\n    socket_path: {}\n{}  observability:\n    metrics_port: {}\n    log_level: debug\n{body}",
+            self.socket.display(),
+            self.server,
+            self.metrics_port
+        );
+        std::fs::write(&self.config, text).expect("write config");
     }
 
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+
+    /// GET on the metrics port.
+    pub fn admin_get(&self, path: &str) -> (u16, String) {
+        http_get(self.metrics_port, path)
+    }
+
+    /// The value of one sample, e.g. `policy_kernel_config_version` or
+    /// `policy_kernel_requests_total{agent="a",route="r",status="ok"}`
+    /// (labels in alphabetical order, as Prometheus renders them); 0 if absent.
+    pub fn metric(&self, sample: &str) -> f64 {
+        let (_, text) = self.admin_get("/metrics");
+        text.lines()
+            .find_map(|l| l.strip_prefix(sample).and_then(|rest| rest.strip_prefix(' ')))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0.0)
+    }
+}
+
+/// A blocking HTTP/1.1 GET on loopback: (status, body).
+pub fn http_get(port: u16, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return (0, String::new());
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let _ = write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    let status = out.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = out
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
 }
 
 /// Agent entry for a kernel config, with fast health checks for tests.
