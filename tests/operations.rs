@@ -266,7 +266,7 @@ fn validate_command_checks_files_and_agents() {
     assert_eq!(code, Some(0));
     assert!(text.starts_with("policy-kernel "), "{text}");
 
-    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/config/kernel-config.yaml");
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/config/spec-example.yaml");
     let (code, text) = run(&["validate", &format!("--config={example}")]);
     assert_eq!(code, Some(0), "{text}");
     assert!(
