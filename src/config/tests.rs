@@ -144,3 +144,14 @@ fn every_file_under_config_parses() {
     }
     assert!(count > 0, "no config files found in {}", dir.display());
 }
+
+#[test]
+fn container_config_serves_the_same_agents_and_routes() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config");
+    let local = load(&dir.join("kernel-config.yaml")).unwrap();
+    let container = load(&dir.join("container.yaml")).unwrap();
+    assert_eq!(format!("{:?}", local.agents), format!("{:?}", container.agents));
+    assert_eq!(format!("{:?}", local.route_policies), format!("{:?}", container.route_policies));
+    assert_eq!(container.server.address, "0.0.0.0");
+    assert_eq!(container.observability.metrics_address, "0.0.0.0");
+}

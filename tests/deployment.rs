@@ -1,0 +1,60 @@
+//! Deployment mechanisms that can be exercised here: the Kubernetes
+//! config-reloader script against a real kernel, and the deployable
+//! configurations against the real Envoy configuration.
+
+mod support;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reloader_sends_sighup_when_the_config_changes() {
+    let dir = workdir();
+    let agent = TestAgent::start(dir.path(), "r", "policies:\n  - name: p\n");
+    let body = |route: &str| {
+        format!(
+            "  agents:\n{}  route_policies:\n    - route_name: {route}\n      request_policy_chain: [{{policy: p}}]\n",
+            agent_entry("r", &agent, "")
+        )
+    };
+    let kernel = KernelProc::start(dir.path(), &body("one"));
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/k8s/reload-on-change.sh");
+    let mut reloader = Command::new("sh")
+        .arg(script)
+        .env("CONFIG", &kernel.config)
+        .env("INTERVAL", "0.2")
+        .env("KERNEL_PID", kernel.proc.pid().to_string())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("reloader");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(kernel.metric("policy_kernel_config_version"), 1.0, "no change, no reload");
+
+    kernel.write_config(&body("two"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while kernel.metric("policy_kernel_config_version") < 2.0 {
+        assert!(Instant::now() < deadline, "no reload after the change:\n{}", kernel.log());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (_, config) = kernel.admin_get("/config");
+    assert!(config.contains("\"route_name\":\"two\""), "{config}");
+    let _ = reloader.kill();
+    let _ = reloader.wait();
+}
+
+#[test]
+fn deploy_envoy_routes_match_the_kernel_config() {
+    let envoy = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/envoy.yaml")).unwrap();
+    let cfg = policy_kernel::config::load(std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/config/kernel-config.yaml"))).unwrap();
+    for r in &cfg.route_policies {
+        assert!(envoy.contains(&format!("- name: \"{}\"", r.route_name)), "deploy/envoy.yaml has no route named {}", r.route_name);
+    }
+    let output = Command::new(support::envoy::envoy_bin())
+        .args(["--mode", "validate", "-c"])
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/envoy.yaml"))
+        .output()
+        .expect("envoy");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+}
