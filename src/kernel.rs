@@ -32,6 +32,9 @@ pub enum ApplyError {
 /// Shared kernel state.
 pub struct Kernel {
     snapshot: ArcSwap<Snapshot>,
+    /// One permit per stream in progress (`server.max_concurrent_streams`,
+    /// fixed at startup).
+    streams: Arc<tokio::sync::Semaphore>,
     /// Serialises [`Kernel::apply`].
     applying: tokio::sync::Mutex<()>,
     /// Serialises snapshot rebuilds (never taken on the request path).
@@ -68,7 +71,11 @@ impl Kernel {
         let snapshot = Snapshot::build(Arc::new(config), agents.clone(), 1);
         snapshot.log_invalid_routes();
         metrics().config_version.set(1);
+        let streams = Arc::new(tokio::sync::Semaphore::new(
+            snapshot.config.server.max_concurrent_streams as usize,
+        ));
         let kernel = Arc::new(Self {
+            streams,
             snapshot: ArcSwap::from_pointee(snapshot),
             applying: tokio::sync::Mutex::new(()),
             rebuild: Mutex::new(()),
@@ -79,6 +86,12 @@ impl Kernel {
         }
         spawn_rebuilder(Arc::downgrade(&kernel), Arc::clone(&kernel.changed));
         kernel
+    }
+
+    /// A permit for one more stream, or `None` when
+    /// `server.max_concurrent_streams` are in progress.
+    pub fn try_stream(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        Arc::clone(&self.streams).try_acquire_owned().ok()
     }
 
     /// The current snapshot. Load it once per stream.

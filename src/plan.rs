@@ -47,8 +47,9 @@ pub enum PlanError {
     },
 }
 
+/// Healthy and not behind an open circuit.
 fn healthy(agents: &[Arc<AgentHandle>], i: usize) -> bool {
-    agents.get(i).is_some_and(|a| a.is_healthy())
+    agents.get(i).is_some_and(|a| a.is_available())
 }
 
 fn stage1(chain: &Chain) -> Vec<String> {

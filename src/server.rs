@@ -54,11 +54,37 @@ impl Listeners {
     }
 }
 
+/// Mode of the kernel's socket: owner and group (Envoy's user) may connect.
+const SOCKET_MODE: u32 = 0o660;
+/// Mode of a socket directory the kernel creates.
+const DIR_MODE: u32 = 0o750;
+
+/// Binds the kernel's own socket safely: its directory is created 0750 when
+/// missing and must not be world-writable (anyone could replace the
+/// socket); a stale socket is removed only when it is a socket nothing
+/// answers on; the socket is made 0660.
 async fn bind_unix(path: &Path) -> Result<UnixListener, ServeError> {
+    use std::os::unix::fs::PermissionsExt;
     let err = |source| ServeError::Bind {
         what: path.display().to_string(),
         source,
     };
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => std::path::PathBuf::from("."),
+    };
+    if !dir.exists() {
+        std::fs::create_dir_all(&dir).map_err(err)?;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(DIR_MODE)).map_err(err)?;
+    }
+    let mode = std::fs::metadata(&dir).map_err(err)?.permissions().mode();
+    if mode & 0o002 != 0 {
+        return Err(err(std::io::Error::other(format!(
+            "socket directory {} is world-writable (mode {:o}); use a directory only the kernel's user and group can write",
+            dir.display(),
+            mode & 0o7777
+        ))));
+    }
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         use std::os::unix::fs::FileTypeExt;
         if !meta.file_type().is_socket() {
@@ -69,10 +95,9 @@ async fn bind_unix(path: &Path) -> Result<UnixListener, ServeError> {
         }
         std::fs::remove_file(path).map_err(err)?;
     }
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(err)?;
-    }
-    UnixListener::bind(path).map_err(err)
+    let listener = UnixListener::bind(path).map_err(err)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(SOCKET_MODE)).map_err(err)?;
+    Ok(listener)
 }
 
 /// Serves until `shutdown` resolves, then stops accepting and lets in-flight
@@ -83,7 +108,9 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     let config = Arc::clone(&kernel.snapshot().config);
-    let streams = config.server.max_concurrent_streams;
+    // Let more streams than the kernel serves reach it, so that the excess is
+    // answered with overload_response at once instead of queueing in Envoy.
+    let streams = config.server.max_concurrent_streams.saturating_mul(2).max(100);
     let router = || {
         tonic::transport::Server::builder()
             .max_concurrent_streams(streams)

@@ -114,6 +114,8 @@ pub struct Responses {
     pub unavailable: Immediate,
     /// A policy denied because its agent failed.
     pub failure: Immediate,
+    /// Too many streams in progress.
+    pub overload: Immediate,
 }
 
 /// Everything the request path needs, immutable.
@@ -181,6 +183,7 @@ impl Snapshot {
                 not_supported: immediate(&config.policy_not_supported_response, "policy_not_supported"),
                 unavailable: immediate(&config.agent_unavailable_response, "agent_unavailable"),
                 failure: immediate(&config.policy_failure_response, "policy_execution_failed"),
+                overload: immediate(&config.overload_response, "overloaded"),
             },
             phase_validation: config.response_phase_validation,
             route_name_header: config.server.route_name_header.as_ref().map(|h| h.to_ascii_lowercase()),

@@ -151,7 +151,10 @@ fn container_config_serves_the_same_agents_and_routes() {
     let local = load(&dir.join("kernel-config.yaml")).unwrap();
     let container = load(&dir.join("container.yaml")).unwrap();
     assert_eq!(format!("{:?}", local.agents), format!("{:?}", container.agents));
-    assert_eq!(format!("{:?}", local.route_policies), format!("{:?}", container.route_policies));
+    assert_eq!(
+        format!("{:?}", local.route_policies),
+        format!("{:?}", container.route_policies)
+    );
     assert_eq!(container.server.address, "0.0.0.0");
     assert_eq!(container.observability.metrics_address, "0.0.0.0");
 }

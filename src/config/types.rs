@@ -40,6 +40,9 @@ pub struct KernelConfig {
     /// Answer when a policy denies because its agent failed (default 500).
     #[serde(default = "ResponseConfig::failure_default")]
     pub policy_failure_response: ResponseConfig,
+    /// Answer when `server.max_concurrent_streams` are in progress (default 503).
+    #[serde(default = "ResponseConfig::overload_default")]
+    pub overload_response: ResponseConfig,
     /// Whether the response phase re-checks agent health (§6.3).
     #[serde(default)]
     pub response_phase_validation: PhaseValidation,
@@ -58,8 +61,9 @@ pub struct ServerConfig {
     pub port: u16,
     /// Optional Unix socket path to serve on as well (Envoy `pipe` address).
     pub socket_path: Option<PathBuf>,
-    /// Maximum concurrent ext_proc streams per connection from Envoy
-    /// (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS). Default 1000.
+    /// Maximum ext_proc streams (HTTP requests) in progress at once, across
+    /// all connections. Beyond it a new request is answered at once with
+    /// `overload_response` instead of queueing. Default 1000.
     pub max_concurrent_streams: u32,
     /// Optional request header to read the route name from when Envoy sends
     /// neither the `xds.route_name` attribute nor `x-route-name` metadata.
@@ -113,6 +117,38 @@ pub struct AgentConfig {
     /// `policy_failure_response`.
     #[serde(default)]
     pub fail_open: bool,
+    /// Calls in flight to this agent at most; a call beyond it fails at once
+    /// (and follows `on_failure`), so one slow agent cannot hold every
+    /// stream. Default 256.
+    #[serde(default = "default_max_calls")]
+    pub max_concurrent_calls: u32,
+    /// Circuit breaker of this agent.
+    #[serde(default)]
+    pub circuit_breaker: CircuitBreakerConfig,
+}
+
+fn default_max_calls() -> u32 {
+    256
+}
+
+/// `circuit_breaker:` of an agent.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CircuitBreakerConfig {
+    /// Consecutive failed calls (timeouts, unreachable, gRPC errors) that open
+    /// the circuit. Default 5; 0 disables the breaker.
+    pub failure_threshold: u32,
+    /// How long the circuit stays open before one probe call, in ms. Default 30000.
+    pub cooldown_ms: u64,
+}
+
+impl Default for CircuitBreakerConfig {
+    fn default() -> Self {
+        Self {
+            failure_threshold: 5,
+            cooldown_ms: 30_000,
+        }
+    }
 }
 
 fn default_timeout_ms() -> u64 {
@@ -253,6 +289,14 @@ impl ResponseConfig {
             &[("X-Policy-Error", "temporary"), ("Retry-After", "30")],
         )
     }
+    /// Default `overload_response`.
+    pub fn overload_default() -> Self {
+        Self::json(
+            503,
+            r#"{"error": "Policy service overloaded", "code": "OVERLOADED"}"#,
+            &[("Retry-After", "1")],
+        )
+    }
     /// Default `policy_failure_response`.
     pub fn failure_default() -> Self {
         Self::json(
@@ -369,6 +413,7 @@ impl KernelConfig {
             ("policy_not_supported_response", &self.policy_not_supported_response),
             ("agent_unavailable_response", &self.agent_unavailable_response),
             ("policy_failure_response", &self.policy_failure_response),
+            ("overload_response", &self.overload_response),
         ] {
             resp.validate(&format!("{p}.{name}"))?;
         }
@@ -438,6 +483,9 @@ impl AgentConfig {
                 format!("{} is out of range 1-5000", self.timeout_ms),
                 find_line(text, "timeout_ms", &self.timeout_ms.to_string(), 0),
             ));
+        }
+        if self.max_concurrent_calls == 0 {
+            return Err(invalid(format!("{f}.max_concurrent_calls"), "must be at least 1", None));
         }
         if !(1..=10).contains(&self.retry.max_attempts) {
             return Err(invalid(format!("{f}.retry.max_attempts"), "must be 1-10", None));

@@ -63,7 +63,8 @@ impl ExternalProcessor for ExtProc {
             .and_then(|v| v.to_str().ok())
             .filter(|v| !v.is_empty())
             .map(String::from);
-        let session = Session::new(Arc::clone(&self.kernel), hint);
+        let permit = self.kernel.try_stream();
+        let session = Session::new(Arc::clone(&self.kernel), hint, permit);
         let inbound = request.into_inner();
         let stream = futures::stream::unfold((inbound, session), |(mut inbound, mut session)| async move {
             match inbound.message().await {

@@ -34,6 +34,9 @@ const ATTRIBUTES: &str = "envoy.filters.http.ext_proc";
 /// State of one stream.
 pub struct Session {
     _active: ActiveStream,
+    /// This stream's share of `server.max_concurrent_streams`; `None` when
+    /// the kernel is full and the request gets `overload_response`.
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
     kernel: Arc<Kernel>,
     /// Route name from the stream's gRPC metadata (`x-route-name`).
     route_hint: Option<String>,
@@ -161,9 +164,14 @@ fn response_ctx(h: HttpHeaders) -> ResponseCtx {
 
 impl Session {
     /// A new stream; `route_hint` is the `x-route-name` gRPC metadata.
-    pub fn new(kernel: Arc<Kernel>, route_hint: Option<String>) -> Self {
+    pub fn new(
+        kernel: Arc<Kernel>,
+        route_hint: Option<String>,
+        permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    ) -> Self {
         Self {
             _active: ActiveStream::new(),
+            permit,
             kernel,
             route_hint,
             state: State::Fresh,
@@ -200,6 +208,16 @@ impl Session {
             return translate::respond(Answer::RequestHeaders, None);
         }
         self.state = State::Passthrough;
+        if self.permit.is_none() {
+            let snap = self.kernel.snapshot();
+            let imm = &snap.responses.overload;
+            snap.unknown.immediate(imm.status, &imm.reason);
+            tracing::warn!(
+                limit = snap.config.server.max_concurrent_streams,
+                "overloaded: request answered with overload_response"
+            );
+            return translate::immediate(imm);
+        }
         let trace = RequestTrace::start(TraceHeaders {
             traceparent: header(&h, "traceparent"),
             tracestate: header(&h, "tracestate"),

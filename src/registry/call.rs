@@ -41,6 +41,10 @@ pub enum CallError {
     /// The reply broke the contract.
     #[error("invalid agent reply: {0}")]
     Invalid(String),
+    /// Not sent: the agent's circuit is open, or `max_concurrent_calls` are
+    /// in flight.
+    #[error("agent refused locally: {0}")]
+    Shed(&'static str),
 }
 
 impl CallError {
@@ -48,7 +52,7 @@ impl CallError {
     pub fn status_index(&self) -> usize {
         match self {
             CallError::Timeout => 1,
-            CallError::Unavailable(_) => 2,
+            CallError::Unavailable(_) | CallError::Shed(_) => 2,
             CallError::Failed(_) => 3,
             CallError::Invalid(_) => 4,
         }
@@ -61,6 +65,7 @@ impl CallError {
             CallError::Unavailable(_) => "unavailable",
             CallError::Failed(_) => "error",
             CallError::Invalid(_) => "invalid_reply",
+            CallError::Shed(why) => why,
         }
     }
 }
@@ -80,6 +85,31 @@ impl AgentHandle {
     /// deadline) only when the connection could not be made, so a policy never
     /// sees the same request twice.
     pub async fn execute(
+        &self,
+        call: AgentCall,
+        deadline: Instant,
+        trace: Option<&opentelemetry::Context>,
+    ) -> Result<AgentReply, CallError> {
+        let Ok(_permit) = self.calls.try_acquire() else {
+            return Err(CallError::Shed("max_concurrent_calls"));
+        };
+        if !self.circuit.try_call() {
+            return Err(CallError::Shed("circuit_open"));
+        }
+        let result = self.attempts(call, deadline, trace).await;
+        match &result {
+            Ok(_) => self.circuit.success(),
+            Err(e) => {
+                if self.circuit.failure() {
+                    tracing::warn!(agent = self.name(), error = %e, "circuit opened: the agent counts as unavailable until a probe succeeds");
+                }
+            }
+        }
+        self.metrics.circuit.set(self.circuit.state() as i64);
+        result
+    }
+
+    async fn attempts(
         &self,
         call: AgentCall,
         deadline: Instant,

@@ -118,4 +118,11 @@ pub fn connect_lazy(path: &Path) -> AgentClient {
         .pool_idle_timeout(std::time::Duration::from_secs(90))
         .build(connector);
     PolicyAgentClient::new(UnixHttp { client })
+        .max_decoding_message_size(MAX_REPLY_BYTES)
+        .max_encoding_message_size(MAX_REPLY_BYTES)
 }
+
+/// Largest agent reply (and call) accepted: room for a replaced body at
+/// Envoy's buffer limits. A larger reply fails the call ("message too
+/// large" in the log) and follows `on_failure`.
+pub const MAX_REPLY_BYTES: usize = 16 * 1024 * 1024;

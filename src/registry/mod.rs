@@ -7,6 +7,7 @@
 //! [`crate::snapshot`]) whenever they change.
 
 mod call;
+pub mod circuit;
 mod client;
 pub mod health;
 
@@ -16,6 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
+use tokio::sync::Semaphore;
 
 pub use call::{AgentCall, AgentReply, CallError};
 pub use client::{connect_lazy, AgentClient, TransportError};
@@ -32,6 +34,10 @@ pub struct AgentHandle {
     /// The agent's metric handles.
     pub metrics: AgentMetrics,
     client: AgentClient,
+    /// The agent's circuit breaker.
+    pub circuit: circuit::Circuit,
+    /// Permits for calls in flight (`max_concurrent_calls`).
+    calls: Semaphore,
     healthy: AtomicBool,
     discovered: ArcSwapOption<Discovered>,
 }
@@ -51,6 +57,8 @@ impl AgentHandle {
         let client = connect_lazy(&config.socket_path);
         Arc::new(Self {
             metrics: AgentMetrics::new(&config.name),
+            circuit: circuit_of(&config),
+            calls: Semaphore::new(config.max_concurrent_calls as usize),
             config,
             client,
             healthy: AtomicBool::new(false),
@@ -64,6 +72,8 @@ impl AgentHandle {
     pub fn renew(&self, config: AgentConfig) -> Arc<Self> {
         Arc::new(Self {
             metrics: AgentMetrics::new(&config.name),
+            circuit: circuit_of(&config),
+            calls: Semaphore::new(config.max_concurrent_calls as usize),
             config,
             client: self.client.clone(),
             healthy: AtomicBool::new(self.is_healthy()),
@@ -74,6 +84,11 @@ impl AgentHandle {
     /// The agent's name.
     pub fn name(&self) -> &str {
         &self.config.name
+    }
+
+    /// Whether planning may use the agent: healthy, and its circuit not open.
+    pub fn is_available(&self) -> bool {
+        self.is_healthy() && !self.circuit.blocks()
     }
 
     /// Whether the last health check passed.
@@ -121,6 +136,13 @@ impl AgentHandle {
     pub fn timeout(&self) -> Duration {
         Duration::from_millis(self.config.timeout_ms)
     }
+}
+
+fn circuit_of(config: &AgentConfig) -> circuit::Circuit {
+    circuit::Circuit::new(
+        config.circuit_breaker.failure_threshold,
+        Duration::from_millis(config.circuit_breaker.cooldown_ms),
+    )
 }
 
 /// Policies an agent declared, by name.

@@ -48,6 +48,8 @@ pub struct Metrics {
     pub active_streams: IntGauge,
     /// `policy_kernel_immediate_responses_total{route,status,reason}`.
     pub immediate: IntCounterVec,
+    /// `policy_kernel_agent_circuit_state{agent}`: 0 closed, 1 open, 2 half-open.
+    pub circuit: IntGaugeVec,
 }
 
 fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -89,6 +91,16 @@ impl Metrics {
         .unwrap_or_else(|e| panic!("metric agent_health: {e}"));
         r.register(Box::new(agent_health.clone()))
             .unwrap_or_else(|e| panic!("metric agent_health: {e}"));
+        let circuit = IntGaugeVec::new(
+            Opts::new(
+                "policy_kernel_agent_circuit_state",
+                "Agent circuit breaker (0=closed, 1=open, 2=half-open)",
+            ),
+            &["agent"],
+        )
+        .unwrap_or_else(|e| panic!("metric circuit: {e}"));
+        r.register(Box::new(circuit.clone()))
+            .unwrap_or_else(|e| panic!("metric circuit: {e}"));
         Self {
             requests: counter(
                 &r,
@@ -154,6 +166,7 @@ impl Metrics {
                 "Immediate responses sent to clients",
                 &["route", "status", "reason"],
             ),
+            circuit,
             registry: r,
         }
     }
@@ -257,6 +270,8 @@ pub struct AgentMetrics {
     pub timeouts: IntCounter,
     /// `agent_health{agent}`.
     pub health: IntGauge,
+    /// `agent_circuit_state{agent}`.
+    pub circuit: IntGauge,
 }
 
 impl AgentMetrics {
@@ -266,6 +281,7 @@ impl AgentMetrics {
         Self {
             timeouts: m.agent_timeouts.with_label_values(&[name]),
             health: m.agent_health.with_label_values(&[name]),
+            circuit: m.circuit.with_label_values(&[name]),
         }
     }
 }
