@@ -422,3 +422,56 @@ async fn killed_agent_gives_503_then_recovers() {
     }
     let _ = &s.dir;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn circuit_breaker_opens_sheds_and_closes_after_a_probe() {
+    let slow = "policies:\n  - name: guard\n    delay_ms: 1000\n    request:\n      - set_header: {name: x-guard, value: slow}\n";
+    let routes = "    - route_name: flaky\n      request_policy_chain: [{policy: guard}]\n";
+    let extra = "      timeout_ms: 100\n      circuit_breaker: {failure_threshold: 3, cooldown_ms: 1500}\n";
+    let mut s = Stack::start(&[("breaker", slow, extra)], routes).await;
+    let starts = |s: &Stack| s.agents[0].events().iter().filter(|e| e.starts_with("start")).count();
+
+    // Three timeouts: fail-closed answers, the third opens the circuit.
+    for _ in 0..3 {
+        let r = s.get("/flaky", &[]).await;
+        assert_eq!(r.status, 500, "{}", r.body);
+        assert!(r.body.contains("POLICY_EXECUTION_FAILED"));
+    }
+    assert_eq!(
+        s.kernel.metric(r#"policy_kernel_agent_circuit_state{agent="breaker"}"#),
+        1.0,
+        "{}",
+        s.diag()
+    );
+    // Open: the agent counts as unavailable; no call reaches it.
+    let calls = starts(&s);
+    let r = s.get("/flaky", &[]).await;
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert!(r.body.contains("AGENT_UNAVAILABLE"));
+    assert_eq!(starts(&s), calls, "a call went through an open circuit");
+
+    // The agent is fixed; after the cool-down one probe closes the circuit.
+    let script = s.agents[0].script.clone();
+    let fixed = std::fs::read_to_string(&script)
+        .unwrap()
+        .replace("delay_ms: 1000", "delay_ms: 0")
+        .replace("value: slow", "value: fast");
+    std::fs::write(&script, fixed).unwrap();
+    s.agent("breaker").kill();
+    s.agent("breaker").restart();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = s.get("/flaky", &[]).await;
+        if r.status == 200 {
+            assert_eq!(r.echoed_header("x-guard").as_deref(), Some("fast"));
+            break;
+        }
+        assert!(r.status == 503 || r.status == 500, "{} {}", r.status, r.body);
+        assert!(Instant::now() < deadline, "circuit never closed: {}", s.diag());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        s.kernel.metric(r#"policy_kernel_agent_circuit_state{agent="breaker"}"#),
+        0.0
+    );
+}
