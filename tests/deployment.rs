@@ -30,12 +30,20 @@ async fn reloader_sends_sighup_when_the_config_changes() {
         .spawn()
         .expect("reloader");
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(kernel.metric("policy_kernel_config_version"), 1.0, "no change, no reload");
+    assert_eq!(
+        kernel.metric("policy_kernel_config_version"),
+        1.0,
+        "no change, no reload"
+    );
 
     kernel.write_config(&body("two"));
     let deadline = Instant::now() + Duration::from_secs(10);
     while kernel.metric("policy_kernel_config_version") < 2.0 {
-        assert!(Instant::now() < deadline, "no reload after the change:\n{}", kernel.log());
+        assert!(
+            Instant::now() < deadline,
+            "no reload after the change:\n{}",
+            kernel.log()
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let (_, config) = kernel.admin_get("/config");
@@ -47,9 +55,17 @@ async fn reloader_sends_sighup_when_the_config_changes() {
 #[test]
 fn deploy_envoy_routes_match_the_kernel_config() {
     let envoy = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/envoy.yaml")).unwrap();
-    let cfg = policy_kernel::config::load(std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/config/kernel-config.yaml"))).unwrap();
+    let cfg = policy_kernel::config::load(std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/kernel-config.yaml"
+    )))
+    .unwrap();
     for r in &cfg.route_policies {
-        assert!(envoy.contains(&format!("- name: \"{}\"", r.route_name)), "deploy/envoy.yaml has no route named {}", r.route_name);
+        assert!(
+            envoy.contains(&format!("- name: \"{}\"", r.route_name)),
+            "deploy/envoy.yaml has no route named {}",
+            r.route_name
+        );
     }
     let output = Command::new(support::envoy::envoy_bin())
         .args(["--mode", "validate", "-c"])

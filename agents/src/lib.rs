@@ -1,1 +1,121 @@
-//! Policy agent SDK.
+//! # policy-agents
+//!
+//! The SDK for writing *policy agents* for policy-kernel, and the reference
+//! agents built with it.
+//!
+//! A policy agent is a worker process that serves the `PolicyAgent` gRPC
+//! service (`proto/policy_agent.proto`) on a Unix socket. The kernel, a
+//! sidecar next to Envoy, discovers the agent's policies with
+//! `GetAgentConfig`, watches it with `HealthCheck`, and sends it the policies
+//! of a route's chain to run on each request and response.
+//!
+//! An author implements [`Policy`] once per policy and registers the policies
+//! on an [`Agent`]; the SDK does the rest: discovery, health, running the
+//! policies of a call in order, passing metadata between them, stopping at a
+//! denial, `on_failure`, safe socket binding and draining on SIGTERM.
+//!
+//! ```no_run
+//! use policy_agents::{
+//!     Agent, FromParams, ParamError, Params, Policy, PolicyError, RequestContext,
+//!     RequestOutcome,
+//! };
+//!
+//! /// Denies requests without a tenant header; tags the others.
+//! struct RequireTenant;
+//!
+//! /// Typed parameters, parsed from the kernel's strings on every call.
+//! struct TenantParams {
+//!     header: String,
+//! }
+//!
+//! impl FromParams for TenantParams {
+//!     fn from_params(p: &Params) -> Result<Self, ParamError> {
+//!         Ok(TenantParams { header: p.get("header").unwrap_or("x-tenant").to_string() })
+//!     }
+//! }
+//!
+//! impl Policy for RequireTenant {
+//!     type Params = TenantParams;
+//!     fn name(&self) -> &str { "requireTenant" }
+//!     fn version(&self) -> &str { "1.0.0" }
+//!     fn param_schema(&self) -> &[&str] { &["header"] }
+//!
+//!     async fn on_request(
+//!         &self,
+//!         params: &TenantParams,
+//!         ctx: &RequestContext<'_>,
+//!     ) -> Result<RequestOutcome, PolicyError> {
+//!         Ok(match ctx.request.header(&params.header) {
+//!             Some(tenant) => RequestOutcome::proceed()
+//!                 .set_header("x-tenant-checked", "1")
+//!                 .set_metadata("tenant", tenant),
+//!             None => RequestOutcome::deny_json(400, &serde_json::json!({"error": "missing tenant"})),
+//!         })
+//!     }
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> anyhow::Result<()> {
+//!     Agent::builder("tenant-agent", "1.0.0")
+//!         .policy(RequireTenant)
+//!         .serve_unix("/var/run/policy-engine/agents/tenant.sock")
+//!         .await?;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! # Layout
+//!
+//! * [`policy`](Policy): the [`Policy`] trait, [`Phases`], [`PolicyError`].
+//! * `params`: [`Params`] (the raw strings) and [`FromParams`] (typed params).
+//! * `context`: what hooks read: [`RequestContext`], [`ResponseContext`],
+//!   [`Metadata`], [`CallInfo`] (request id, `traceparent`, deadline).
+//! * `outcome`: what hooks return: [`RequestOutcome`], [`ResponseOutcome`].
+//! * `action`: the changes and verdicts inside outcomes: [`RequestAction`],
+//!   [`ResponseAction`], [`HeaderOp`], [`Deny`], [`Flow`].
+//! * `convert`: outcome -> protocol instructions, enforcing the protocol's rules.
+//! * `registry`: the agent's policies by name.
+//! * `runner`: runs the policies of one call; `on_failure`.
+//! * `service`: the gRPC service ([`AgentService`]); health and drain state.
+//! * `socket`: binding the Unix socket safely ([`SocketError`]).
+//! * `agent`: [`Agent`] and [`AgentBuilder`]: serve, signals, drain.
+//! * [`client`]: connect to an agent on a Unix socket (tests, tools).
+//! * [`cli`]: flags and logging shared by agent binaries.
+//! * [`testing`]: run a policy's hooks in unit tests.
+//! * [`proto`]: the generated protocol types.
+//! * [`reference`](mod@reference) (feature `reference`, on by default): the reference
+//!   policies behind `auth-agent`, `ratelimit-agent` and `guardrail-agent`.
+#![warn(missing_docs)]
+
+mod action;
+mod agent;
+pub mod cli;
+pub mod client;
+mod context;
+mod convert;
+mod outcome;
+mod params;
+mod policy;
+pub mod proto;
+#[cfg(feature = "reference")]
+pub mod reference;
+mod registry;
+mod runner;
+mod service;
+mod socket;
+pub mod testing;
+
+pub use action::{Deny, Flow, HeaderOp, NewBody, RequestAction, ResponseAction};
+pub use agent::{Agent, AgentBuilder, AgentError};
+pub use context::{CallInfo, Metadata, Phase, RequestContext, RequestView, ResponseContext, ResponseView};
+pub use convert::InstructionError;
+pub use outcome::{RequestOutcome, ResponseOutcome};
+pub use params::{parse_list, FromParams, ParamError, Params};
+pub use policy::{Phases, Policy, PolicyError};
+pub use service::AgentService;
+pub use socket::SocketError;
+
+/// The README's examples, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -154,6 +154,67 @@ pub fn immediate(imm: &Immediate) -> ProcessingResponse {
     }
 }
 
+/// Checks a common response against what Envoy accepts (see
+/// `shared/notes/envoy-facts.md`): legal lower-case names, values in
+/// `raw_value` without CR/LF/NUL, only the pseudo-headers of the phase,
+/// `:status` within 200-599, no removal of `:`-headers or `host`, and a
+/// `content-length` exactly when the body changes, equal to its length.
+/// Used by property tests and fuzzing; the translation never needs it at run
+/// time because replies are checked when they arrive.
+pub fn check_envoy_accepts(c: &CommonResponse, response_phase: bool) -> Result<(), String> {
+    let body = c.body_mutation.as_ref().and_then(|b| match &b.mutation {
+        Some(body_mutation::Mutation::Body(b)) => Some(b.len()),
+        _ => None,
+    });
+    let empty = HeaderMutation::default();
+    let m = c.header_mutation.as_ref().unwrap_or(&empty);
+    let mut length = None;
+    for o in &m.set_headers {
+        let h = o.header.as_ref().ok_or("set_headers entry without a header")?;
+        if !h.value.is_empty() {
+            return Err(format!("{}: value instead of raw_value", h.key));
+        }
+        if h.raw_value.iter().any(|&c| c == b'\r' || c == b'\n' || c == 0) {
+            return Err(format!("{}: CR, LF or NUL in the value", h.key));
+        }
+        if !crate::http::valid_header_name(h.key.as_bytes()) || h.key != h.key.to_ascii_lowercase() {
+            return Err(format!("illegal header name {:?}", h.key));
+        }
+        let allowed: &[&str] = if response_phase {
+            &[":status"]
+        } else {
+            &[":path", ":method"]
+        };
+        if h.key.starts_with(':') && !allowed.contains(&h.key.as_str()) {
+            return Err(format!("{} in this phase", h.key));
+        }
+        if h.key == ":status" {
+            let code: u16 = std::str::from_utf8(&h.raw_value)
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .ok_or("bad :status")?;
+            if !(200..=599).contains(&code) {
+                return Err(format!(":status {code}"));
+            }
+        }
+        if h.key == ":path" && (!h.raw_value.starts_with(b"/") || h.raw_value.contains(&b' ')) {
+            return Err(format!(":path {:?}", String::from_utf8_lossy(&h.raw_value)));
+        }
+        if h.key == "content-length" {
+            length = std::str::from_utf8(&h.raw_value)
+                .ok()
+                .and_then(|s| s.parse::<usize>().ok());
+        }
+    }
+    if let Some(r) = m.remove_headers.iter().find(|r| r.starts_with(':') || *r == "host") {
+        return Err(format!("removes {r}"));
+    }
+    if length != body {
+        return Err(format!("content-length {length:?} for a body change of {body:?} bytes"));
+    }
+    Ok(())
+}
+
 /// True when `resp` answers the client directly.
 pub fn is_immediate(resp: &ProcessingResponse) -> bool {
     matches!(resp.response, Some(Response::ImmediateResponse(_)))

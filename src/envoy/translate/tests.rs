@@ -117,3 +117,44 @@ fn metadata_goes_under_the_namespace() {
     assert!(matches!(&inner.fields["user"].kind, Some(Kind::StringValue(v)) if v == "42"));
     assert!(matches!(&inner.fields["route"].kind, Some(Kind::StringValue(v)) if v == "users"));
 }
+
+#[test]
+fn envoy_acceptance_check_rejects_each_violation() {
+    let with = |key: &str, value: &[u8]| CommonResponse {
+        header_mutation: Some(HeaderMutation {
+            set_headers: vec![option(key, Bytes::copy_from_slice(value), false)],
+            remove_headers: vec![],
+        }),
+        ..Default::default()
+    };
+    assert!(check_envoy_accepts(&with("x-ok", b"fine"), false).is_ok());
+    assert!(check_envoy_accepts(&with("x-bad", b"a\r\nb"), false).is_err());
+    assert!(check_envoy_accepts(&with("X-Upper", b"v"), false).is_err());
+    assert!(check_envoy_accepts(&with(":status", b"700"), true).is_err());
+    assert!(
+        check_envoy_accepts(&with(":status", b"418"), false).is_err(),
+        ":status in the request phase"
+    );
+    assert!(check_envoy_accepts(&with(":path", b"nope"), false).is_err());
+    assert!(
+        check_envoy_accepts(&with("content-length", b"3"), false).is_err(),
+        "length without a body"
+    );
+    let mut body = with("content-length", b"5");
+    body.body_mutation = Some(BodyMutation {
+        mutation: Some(body_mutation::Mutation::Body(b"hello".to_vec())),
+    });
+    assert!(check_envoy_accepts(&body, false).is_ok());
+    body.body_mutation = Some(BodyMutation {
+        mutation: Some(body_mutation::Mutation::Body(b"hi".to_vec())),
+    });
+    assert!(check_envoy_accepts(&body, false).is_err());
+    let remove = CommonResponse {
+        header_mutation: Some(HeaderMutation {
+            set_headers: vec![],
+            remove_headers: vec!["host".into()],
+        }),
+        ..Default::default()
+    };
+    assert!(check_envoy_accepts(&remove, false).is_err());
+}

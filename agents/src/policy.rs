@@ -1,0 +1,193 @@
+//! The [`Policy`] trait authors implement, its error type, and the type
+//! erasure the SDK uses to keep policies of different types in one agent.
+
+use std::future::Future;
+
+use futures::future::BoxFuture;
+
+use crate::action::Deny;
+use crate::context::{RequestContext, ResponseContext};
+use crate::outcome::{RequestOutcome, ResponseOutcome};
+use crate::params::{FromParams, ParamError, Params};
+use crate::proto;
+
+/// The phases in which a policy may run (`PolicyInfo.supported_phases`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phases {
+    /// Only the request phase.
+    Request,
+    /// Only the response phase.
+    Response,
+    /// Both phases.
+    Both,
+}
+
+impl Phases {
+    pub(crate) fn to_proto(self) -> proto::PolicyPhase {
+        match self {
+            Phases::Request => proto::PolicyPhase::Request,
+            Phases::Response => proto::PolicyPhase::Response,
+            Phases::Both => proto::PolicyPhase::RequestResponse,
+        }
+    }
+}
+
+/// A failure of a policy itself (not a denial): a bad parameter, an
+/// unreadable key file, a backend that is down...
+///
+/// The kernel's `on_failure` for the policy decides what happens: `deny`
+/// answers 500, or the denial attached with [`PolicyError::with_deny`];
+/// `continue` runs the next policy; `skip_remaining` stops the chain.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub struct PolicyError {
+    message: String,
+    deny: Option<Deny>,
+}
+
+impl PolicyError {
+    /// A failure with a message (logged with the policy name).
+    pub fn new(message: impl Into<String>) -> Self {
+        PolicyError {
+            message: message.into(),
+            deny: None,
+        }
+    }
+
+    /// The answer to send instead of the default 500 when `on_failure` is `deny`.
+    pub fn with_deny(mut self, deny: Deny) -> Self {
+        self.deny = Some(deny);
+        self
+    }
+
+    /// The message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The denial attached with [`PolicyError::with_deny`], if any.
+    pub fn denial(&self) -> Option<&Deny> {
+        self.deny.as_ref()
+    }
+}
+
+impl From<ParamError> for PolicyError {
+    fn from(e: ParamError) -> Self {
+        PolicyError::new(e.to_string())
+    }
+}
+
+/// One policy: its description and its hooks.
+///
+/// Hooks default to no-ops that let the request through. Write them as
+/// `async fn` in your `impl`; the futures must be `Send`.
+pub trait Policy: Send + Sync + 'static {
+    /// The typed parameters, parsed from the kernel's strings before each hook.
+    type Params: FromParams + Send + Sync;
+
+    /// The name route chains use (for example `"jwtValidation"`).
+    fn name(&self) -> &str;
+
+    /// The policy's version, free-form.
+    fn version(&self) -> &str;
+
+    /// The names of the parameters the policy accepts.
+    fn param_schema(&self) -> &[&str] {
+        &[]
+    }
+
+    /// The phases the policy supports.
+    fn phases(&self) -> Phases {
+        Phases::Request
+    }
+
+    /// True when the policy needs the HTTP body in the phases it runs in.
+    fn requires_body(&self) -> bool {
+        false
+    }
+
+    /// The request-phase hook.
+    fn on_request(
+        &self,
+        params: &Self::Params,
+        ctx: &RequestContext<'_>,
+    ) -> impl Future<Output = Result<RequestOutcome, PolicyError>> + Send {
+        let _ = (params, ctx);
+        async { Ok(RequestOutcome::proceed()) }
+    }
+
+    /// The response-phase hook.
+    fn on_response(
+        &self,
+        params: &Self::Params,
+        ctx: &ResponseContext<'_>,
+    ) -> impl Future<Output = Result<ResponseOutcome, PolicyError>> + Send {
+        let _ = (params, ctx);
+        async { Ok(ResponseOutcome::proceed()) }
+    }
+
+    /// Called once when the agent stops, after in-flight calls drained
+    /// (flush buffers, close files).
+    fn on_shutdown(&self) -> impl Future<Output = ()> + Send {
+        async {}
+    }
+}
+
+/// Object-safe form of [`Policy`], blanket-implemented for every policy.
+pub(crate) trait DynPolicy: Send + Sync {
+    fn name(&self) -> &str;
+    fn info(&self) -> proto::PolicyInfo;
+    fn run_request<'a>(
+        &'a self,
+        params: &'a Params,
+        ctx: &'a RequestContext<'a>,
+    ) -> BoxFuture<'a, Result<RequestOutcome, PolicyError>>;
+    fn run_response<'a>(
+        &'a self,
+        params: &'a Params,
+        ctx: &'a ResponseContext<'a>,
+    ) -> BoxFuture<'a, Result<ResponseOutcome, PolicyError>>;
+    fn shutdown(&self) -> BoxFuture<'_, ()>;
+}
+
+impl<P: Policy> DynPolicy for P {
+    fn name(&self) -> &str {
+        Policy::name(self)
+    }
+
+    fn info(&self) -> proto::PolicyInfo {
+        proto::PolicyInfo {
+            name: Policy::name(self).to_string(),
+            version: self.version().to_string(),
+            param_schema: self.param_schema().iter().map(|s| s.to_string()).collect(),
+            supported_phases: self.phases().to_proto() as i32,
+            requires_body: self.requires_body(),
+        }
+    }
+
+    fn run_request<'a>(
+        &'a self,
+        params: &'a Params,
+        ctx: &'a RequestContext<'a>,
+    ) -> BoxFuture<'a, Result<RequestOutcome, PolicyError>> {
+        Box::pin(async move {
+            let typed = P::Params::from_params(params)?;
+            self.on_request(&typed, ctx).await
+        })
+    }
+
+    fn run_response<'a>(
+        &'a self,
+        params: &'a Params,
+        ctx: &'a ResponseContext<'a>,
+    ) -> BoxFuture<'a, Result<ResponseOutcome, PolicyError>> {
+        Box::pin(async move {
+            let typed = P::Params::from_params(params)?;
+            self.on_response(&typed, ctx).await
+        })
+    }
+
+    fn shutdown(&self) -> BoxFuture<'_, ()> {
+        Box::pin(self.on_shutdown())
+    }
+}

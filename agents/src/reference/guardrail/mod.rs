@@ -1,0 +1,27 @@
+//! Guardrail policies of `guardrail-agent`.
+//!
+//! * [`AddSecurityHeaders`] (`addSecurityHeaders`): fixed headers on responses (or requests).
+//! * [`PromptInjectionGuard`] (`promptInjectionGuard`): a pattern classifier
+//!   in layers (SQL injection, command injection, prompt injection,
+//!   jailbreak), each with a severity and a risk score, as AgentOS's pre-LLM
+//!   classifier.
+//! * [`PiiRedaction`] (`piiRedaction`): masks e-mails, phone numbers, card
+//!   numbers (Luhn), US SSNs, IBANs (mod 97) and IPv4 addresses in bodies,
+//!   keeping JSON valid.
+//! * [`AuditLog`] (`auditLog`): a SHA-256 hash-chained JSON-lines journal,
+//!   as KarnEvil9's, with secrets redacted; [`verify_journal`] checks it.
+
+pub mod audit;
+mod classifier;
+mod headers;
+mod injection;
+mod pii;
+mod pii_json;
+mod redactor;
+
+pub use audit::{verify_journal, AuditError, AuditLog, Journal, JournalOptions};
+pub use classifier::{Assessment, Classifier, Detection, Severity};
+pub use headers::{parse_header_block, AddSecurityHeaders};
+pub use injection::PromptInjectionGuard;
+pub use pii::PiiRedaction;
+pub use redactor::{Counts, PiiType, Redactor};

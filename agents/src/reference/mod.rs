@@ -1,0 +1,17 @@
+//! The reference policies, grouped by the agent that serves them.
+//!
+//! * [`auth`]: `apiKeyAuth`, `jwtValidation`, `roleCheck` (`auth-agent`).
+//! * [`ratelimit`]: `rateLimit`, `tokenBasedRateLimit` (`ratelimit-agent`).
+//! * [`guardrail`]: `addSecurityHeaders`, `promptInjectionGuard`,
+//!   `piiRedaction`, `auditLog` (`guardrail-agent`).
+//! * [`text`]: helpers shared by policies that read chat-completion bodies.
+
+pub mod auth;
+pub mod guardrail;
+pub mod ratelimit;
+pub mod text;
+
+/// A JSON error body: `{"error": error, "reason": reason}`.
+pub(crate) fn error_body(error: &str, reason: &str) -> serde_json::Value {
+    serde_json::json!({ "error": error, "reason": reason })
+}
