@@ -58,8 +58,13 @@ lint:
 	cargo clippy --workspace --all-targets -- -D warnings
 
 ## test: every test: unit, integration, and end-to-end through a real Envoy.
-test: setup
+test: setup $(VENV)/.grpcio
 	cargo test --workspace
+
+# grpcio for the Python example agent's tests.
+$(VENV)/.grpcio: $(ENVOY_STAMP)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r agents/examples/python/requirements.txt
+	touch $@
 
 ## bench: the whole performance harness (criterion + load scenarios); prints the table.
 bench: setup

@@ -1,0 +1,69 @@
+//! The contract beyond Rust: the Python example agent
+//! (agents/examples/python, grpcio, stubs generated from proto/) behind the
+//! real kernel and a real Envoy.
+
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_agent_serves_a_route_through_envoy() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let python = root.join(".venv/bin/python");
+    let has_grpc = Command::new(&python)
+        .args(["-c", "import grpc, grpc_tools"])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(has_grpc, "grpcio and grpcio-tools missing from .venv: run `make setup`");
+
+    let dir = workdir();
+    let socket = dir.path().join("python.sock");
+    let mut cmd = Command::new(&python);
+    cmd.arg(root.join("agents/examples/python/agent.py"))
+        .arg("--socket")
+        .arg(&socket);
+    let _agent = Proc::spawn("python-agent", &mut cmd, &dir.path().join("python.log"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "python agent did not start: {}",
+            std::fs::read_to_string(dir.path().join("python.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let kernel = KernelProc::start(
+        dir.path(),
+        &format!(
+            "  agents:\n    - name: python-agent\n      socket_path: {}\n      health_check_interval_ms: 200\n  route_policies:\n    - route_name: users\n      request_policy_chain:\n        - policy: blockUserAgents\n          params: {{blocked: [\"evil\", \"scraper\"]}}\n",
+            socket.display()
+        ),
+    );
+    let upstream = Upstream::start().await;
+    let envoy = Envoy::start(dir.path(), &kernel.socket, upstream.addr.port());
+    let client = reqwest::Client::new();
+
+    let r = send(
+        &client,
+        "GET",
+        &envoy.url("/users/1"),
+        &[("user-agent", "friendly-browser")],
+        None,
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}\n{}", r.body, kernel.log());
+    assert_eq!(r.echoed_header("x-checked-by").as_deref(), Some("python-agent"));
+    let r = send(
+        &client,
+        "GET",
+        &envoy.url("/users/1"),
+        &[("user-agent", "evil-bot/1.0")],
+        None,
+    )
+    .await;
+    assert_eq!(r.status, 403, "{}", r.body);
+}
