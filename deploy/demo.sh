@@ -30,7 +30,9 @@ done
 check() {
   local name=$1 want=$2 pattern=$3; shift 4
   local out status
-  printf '\n# %s\n$ curl %s\n' "$name" "$*"
+  printf '\n# %s\n$ curl' "$name"
+  printf ' %q' "$@"
+  printf '\n'
   out=$(curl -sS -w '\n%{http_code}' "$@")
   status=${out##*$'\n'}
   out=${out%$'\n'*}
