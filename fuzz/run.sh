@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Coverage-guided fuzzing of the three targets, in parallel, for
+# FUZZ_SECONDS each (default 1800). Prints executions, corpus size and
+# crashes per target; crash inputs land in fuzz/artifacts/<target>/.
+# Usage: bash fuzz/run.sh [SECONDS]
+set -uo pipefail
+cd "$(dirname "$0")"
+secs=${1:-${FUZZ_SECONDS:-1800}}
+export RUSTC_BOOTSTRAP=1
+command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
+cargo fuzz build -O || exit 1
+cargo run --quiet --release --bin make_seeds
+mkdir -p corpus/config_loader logs
+cp ../config/*.yaml corpus/config_loader/
+pids=()
+for t in config_loader reply_to_mutation stream; do
+  mkdir -p "corpus/$t" "artifacts/$t"
+  nice -n 10 cargo fuzz run -O "$t" "corpus/$t" -- -max_total_time="$secs" -print_final_stats=1 \
+    -artifact_prefix="artifacts/$t/" > "logs/$t.log" 2>&1 &
+  pids+=($!)
+done
+status=0
+for p in "${pids[@]}"; do wait "$p" || status=1; done
+printf '%-18s %14s %8s %8s\n' target executions corpus crashes
+for t in config_loader reply_to_mutation stream; do
+  execs=$(grep -o 'stat::number_of_executed_units: [0-9]*' "logs/$t.log" | awk '{print $2}')
+  corpus=$(ls "corpus/$t" | wc -l)
+  crashes=$(ls "artifacts/$t" 2>/dev/null | wc -l)
+  printf '%-18s %14s %8s %8s\n' "$t" "${execs:-?}" "$corpus" "$crashes"
+done
+exit $status
