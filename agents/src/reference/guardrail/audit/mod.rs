@@ -157,7 +157,8 @@ impl Policy for AuditLog {
         ctx: &ResponseContext<'_>,
     ) -> Result<ResponseOutcome, PolicyError> {
         let mut record = record::request_record(&ctx.request, ctx.call, ctx.metadata);
-        record::add_response(&mut record, &ctx.response, params.log_response_body);
+        let secrets = record::secret_values(&ctx.request);
+        record::add_response(&mut record, &ctx.response, params.log_response_body, &secrets);
         let journal = self.journal(&self.resolve(params.path.as_deref())).await?;
         let seq = journal.append(record).await?;
         Ok(ResponseOutcome::proceed().set_metadata("audit_seq", seq.to_string()))

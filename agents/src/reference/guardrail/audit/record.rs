@@ -109,15 +109,54 @@ pub fn request_record(request: &RequestView<'_>, call: &CallInfo, metadata: &Met
     m
 }
 
-/// Adds the response part to a line.
-pub fn add_response(m: &mut Map<String, Value>, response: &ResponseView<'_>, log_body: bool) {
+/// Shortest secret value scrubbed from bodies: shorter ones would match
+/// ordinary text.
+const MIN_SCRUBBED: usize = 6;
+
+/// The values of the request's secret headers (whole values, the credential
+/// after an auth scheme, and each cookie value), to scrub wherever else they
+/// appear: an upstream may echo them in its body.
+pub fn secret_values(request: &RequestView<'_>) -> Vec<String> {
+    let mut out = Vec::new();
+    for (name, value) in request.headers() {
+        if !is_secret_name(name) {
+            continue;
+        }
+        out.push(value.to_string());
+        if let Some((_, credential)) = value.split_once(' ') {
+            out.push(credential.trim().to_string());
+        }
+        if name.eq_ignore_ascii_case("cookie") {
+            out.extend(
+                value
+                    .split(';')
+                    .filter_map(|c| c.split_once('='))
+                    .map(|(_, v)| v.trim().to_string()),
+            );
+        }
+    }
+    out.retain(|v| v.len() >= MIN_SCRUBBED);
+    // Longest first, so a whole value goes before the parts it contains.
+    out.sort_by_key(|v| std::cmp::Reverse(v.len()));
+    out
+}
+
+/// `text` with every occurrence of a secret replaced.
+pub fn scrub(text: &str, secrets: &[String]) -> String {
+    secrets
+        .iter()
+        .fold(text.to_string(), |t, s| t.replace(s.as_str(), REDACTED))
+}
+
+/// Adds the response part to a line; `secrets` are scrubbed from the body.
+pub fn add_response(m: &mut Map<String, Value>, response: &ResponseView<'_>, log_body: bool, secrets: &[String]) {
     m.insert("status".into(), Value::from(response.status()));
     m.insert("response_headers".into(), headers(response.headers()));
     if let Some(body) = response.body().filter(|_| log_body) {
         let kept = &body[..body.len().min(MAX_BODY)];
         m.insert(
             "response_body".into(),
-            Value::from(String::from_utf8_lossy(kept).into_owned()),
+            Value::from(scrub(&String::from_utf8_lossy(kept), secrets)),
         );
         if kept.len() < body.len() {
             m.insert("response_body_truncated".into(), Value::from(true));
@@ -128,6 +167,19 @@ pub fn add_response(m: &mut Map<String, Value>, response: &ResponseView<'_>, log
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn echoed_secrets_are_scrubbed_from_bodies() {
+        let secrets = vec![
+            "Bearer abc.def.ghi".to_string(),
+            "abc.def.ghi".to_string(),
+            "s3cret-cookie".to_string(),
+        ];
+        let body = r#"{"authorization":"Bearer abc.def.ghi","cookie":"sid=s3cret-cookie","raw":"abc.def.ghi"}"#;
+        let out = scrub(body, &secrets);
+        assert!(!out.contains("abc.def") && !out.contains("s3cret"), "{out}");
+        assert_eq!(out.matches(REDACTED).count(), 3);
+    }
 
     #[test]
     fn secrets_are_redacted() {
