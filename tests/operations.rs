@@ -417,3 +417,58 @@ async fn reload_under_load_through_envoy() {
     );
     assert_eq!(envoy.stat("http.ingress.ext_proc.streams_failed"), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_bursts_coalesce_and_reload_changes_the_log_level() {
+    let dir = workdir();
+    let agent = TestAgent::start(dir.path(), "burst", "policies:\n  - name: p\n");
+    let body = |route: &str| {
+        format!(
+            "  agents:\n{}  route_policies:\n    - route_name: {route}\n      request_policy_chain: [{{policy: p}}]\n",
+            agent_entry("burst", &agent, "")
+        )
+    };
+    let kernel = KernelProc::start(dir.path(), &body("first"));
+    let mut client = extproc::connect(&kernel.socket).await;
+    one(&mut client, Some("nowhere"), &[]).await;
+    let unknown_lines = || kernel.log().matches("Route not found").count();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while unknown_lines() == 0 {
+        assert!(Instant::now() < deadline, "info logs missing at level debug");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // The final file: another route, and log level warn. Ten SIGHUPs at once.
+    let text = std::fs::read_to_string(&kernel.config).unwrap();
+    let last = text
+        .replace("route_name: first", "route_name: last")
+        .replace("log_level: debug", "log_level: warn");
+    std::fs::write(&kernel.config, last).unwrap();
+    let pid = kernel.proc.pid() as i32;
+    for _ in 0..10 {
+        // SAFETY: kill(2) on the kernel child this test owns.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !kernel.admin_get("/config").1.contains("\"route_name\":\"last\"") {
+        assert!(
+            Instant::now() < deadline,
+            "latest contents never applied:\n{}",
+            kernel.log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let reloads = kernel.metric(r#"policy_kernel_config_reload_total{status="success"}"#);
+    assert!(
+        (1.0..=3.0).contains(&reloads),
+        "10 signals in a burst gave {reloads} reloads"
+    );
+    assert_eq!(kernel.metric("policy_kernel_config_version"), 1.0 + reloads);
+
+    // Info events are gone at level warn.
+    let before = unknown_lines();
+    one(&mut client, Some("nowhere-else"), &[]).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(unknown_lines(), before, "info log emitted after the reload to warn");
+}
