@@ -260,15 +260,19 @@ async fn conflicts_deny_rewrite_and_response_changes() {
     assert_eq!(r.header("x-resp"), Some("status was 404"));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bodies_are_buffered_only_when_needed_and_replaced() {
-    let agent = r#"policies:
+/// A policy that needs the request body, records it, and replaces it.
+const REQ_BODY: &str = r#"policies:
   - name: reqBody
     requires_body: true
     request:
       - set_header: {name: x-saw-body, value: "${body}"}
       - set_body: {body: "replaced request body", content_type: text/plain}
-  - name: respBody
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_are_buffered_only_when_needed_and_replaced() {
+    let agent = REQ_BODY.to_string()
+        + r#"  - name: respBody
     phases: response
     requires_body: true
     response:
@@ -278,7 +282,7 @@ async fn bodies_are_buffered_only_when_needed_and_replaced() {
       - set_header: {name: x-body-included, value: "${body_included}"}
 "#;
     let routes = "    - route_name: body\n      request_policy_chain: [{policy: reqBody}]\n      response_policy_chain: [{policy: respBody}]\n    - route_name: users\n      request_policy_chain: [{policy: headersOnly}]\n";
-    let s = Stack::start(&[("bodyagent", agent, "")], routes).await;
+    let s = Stack::start(&[("bodyagent", &agent, "")], routes).await;
 
     let r = s
         .req(
@@ -307,15 +311,9 @@ async fn bodies_are_buffered_only_when_needed_and_replaced() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn request_body_replacement_reaches_upstream() {
-    let agent = r#"policies:
-  - name: reqBody
-    requires_body: true
-    request:
-      - set_header: {name: x-saw-body, value: "${body}"}
-      - set_body: {body: "replaced request body", content_type: text/plain}
-"#;
+    let agent = REQ_BODY;
     let routes = "    - route_name: body\n      request_policy_chain: [{policy: reqBody}]\n";
-    let s = Stack::start(&[("bodyagent", agent, "")], routes).await;
+    let s = Stack::start(&[("bodyagent", &agent, "")], routes).await;
     let r = s
         .req(
             "POST",

@@ -137,15 +137,41 @@ fn push(out: &mut Reply, i: Instr) {
     }
 }
 
+/// Checks a reply's id, then converts its instructions with `one` (which
+/// returns `None` for instructions that are dropped) under the composition
+/// rules, keeping its metadata.
+fn convert<I>(
+    want_id: &str,
+    got_id: String,
+    instructions: Vec<Option<I>>,
+    metadata: std::collections::HashMap<String, String>,
+    one: impl Fn(I) -> Result<Option<Instr>, InvalidReply>,
+) -> Result<Reply, InvalidReply> {
+    check_id(want_id, got_id)?;
+    let mut out = Reply {
+        instructions: Vec::with_capacity(instructions.len()),
+        metadata: metadata.into_iter().collect(),
+    };
+    for i in instructions {
+        if let Some(instr) = one(i.ok_or(InvalidReply::Empty)?)? {
+            push(&mut out, instr);
+        }
+    }
+    Ok(out)
+}
+
+fn query_name(name: String) -> Result<String, InvalidReply> {
+    if name.is_empty() {
+        return Err(InvalidReply::QueryName);
+    }
+    Ok(name)
+}
+
 /// Checks a request-phase reply.
 pub fn convert_request_reply(want_id: &str, r: proto::PolicyRequestResponse) -> Result<Reply, InvalidReply> {
-    check_id(want_id, r.request_id)?;
-    let mut out = Reply {
-        instructions: Vec::with_capacity(r.instructions.len()),
-        metadata: r.policy_metadata.into_iter().collect(),
-    };
-    for i in r.instructions {
-        let instr = match i.instruction.ok_or(InvalidReply::Empty)? {
+    let instructions = r.instructions.into_iter().map(|i| i.instruction).collect();
+    convert(want_id, r.request_id, instructions, r.policy_metadata, |i| {
+        Ok(Some(match i {
             Rq::SetHeader(h) => common(Common::Set(h))?,
             Rq::AppendHeader(h) => common(Common::Append(h))?,
             Rq::RemoveHeader(h) => common(Common::Remove(h))?,
@@ -157,18 +183,8 @@ pub fn convert_request_reply(want_id: &str, r: proto::PolicyRequestResponse) -> 
                 }
                 Instr::SetPath(p.path)
             }
-            Rq::SetQueryParam(q) => {
-                if q.name.is_empty() {
-                    return Err(InvalidReply::QueryName);
-                }
-                Instr::SetQuery(q.name, q.value)
-            }
-            Rq::RemoveQueryParam(q) => {
-                if q.name.is_empty() {
-                    return Err(InvalidReply::QueryName);
-                }
-                Instr::RemoveQuery(q.name)
-            }
+            Rq::SetQueryParam(q) => Instr::SetQuery(query_name(q.name)?, q.value),
+            Rq::RemoveQueryParam(q) => Instr::RemoveQuery(query_name(q.name)?),
             Rq::SetMethod(m) => {
                 if !valid_method(&m.method) {
                     return Err(InvalidReply::Method(m.method));
@@ -185,33 +201,25 @@ pub fn convert_request_reply(want_id: &str, r: proto::PolicyRequestResponse) -> 
                 body: imm.body,
                 reason: imm.reason,
             }),
-            Rq::Continue(_) => continue,
+            Rq::Continue(_) => return Ok(None),
             Rq::SkipRemainingPolicies(_) => Instr::Skip,
-        };
-        push(&mut out, instr);
-    }
-    Ok(out)
+        }))
+    })
 }
 
 /// Checks a response-phase reply.
 pub fn convert_response_reply(want_id: &str, r: proto::PolicyResponseResponse) -> Result<Reply, InvalidReply> {
-    check_id(want_id, r.request_id)?;
-    let mut out = Reply {
-        instructions: Vec::with_capacity(r.instructions.len()),
-        metadata: r.policy_metadata.into_iter().collect(),
-    };
-    for i in r.instructions {
-        let instr = match i.instruction.ok_or(InvalidReply::Empty)? {
+    let instructions = r.instructions.into_iter().map(|i| i.instruction).collect();
+    convert(want_id, r.request_id, instructions, r.policy_metadata, |i| {
+        Ok(Some(match i {
             Rs::SetHeader(h) => common(Common::Set(h))?,
             Rs::AppendHeader(h) => common(Common::Append(h))?,
             Rs::RemoveHeader(h) => common(Common::Remove(h))?,
             Rs::SetBody(b) => common(Common::Body(b))?,
             Rs::SetMetadata(m) => common(Common::Meta(m))?,
             Rs::SetStatusCode(s) => Instr::SetStatus(status(s.status_code)?),
-            Rs::Continue(_) => continue,
+            Rs::Continue(_) => return Ok(None),
             Rs::SkipRemainingPolicies(_) => Instr::Skip,
-        };
-        push(&mut out, instr);
-    }
-    Ok(out)
+        }))
+    })
 }
