@@ -313,7 +313,7 @@ async fn bodies_are_buffered_only_when_needed_and_replaced() {
 async fn request_body_replacement_reaches_upstream() {
     let agent = REQ_BODY;
     let routes = "    - route_name: body\n      request_policy_chain: [{policy: reqBody}]\n";
-    let s = Stack::start(&[("bodyagent", &agent, "")], routes).await;
+    let s = Stack::start(&[("bodyagent", agent, "")], routes).await;
     let r = s
         .req(
             "POST",
