@@ -15,7 +15,7 @@ use crate::aggregate::{
     convert_request_reply, convert_response_reply, Immediate, Metadata, Mutations, Next, Reply, RequestCtx, ResponseCtx,
 };
 use crate::config::OnFailure;
-use crate::plan::Plan;
+use crate::plan::{Group, Plan};
 use crate::proto;
 use crate::registry::{AgentCall, AgentReply, CallError};
 use crate::snapshot::{Phase, Route, Snapshot};
@@ -230,7 +230,7 @@ impl Run<'_> {
                         None if agent.config.fail_open => OnFailure::Continue,
                         None => OnFailure::Deny,
                     };
-                    self.failure(phase, plan, n, error, action);
+                    self.failure(phase, group, n, error, action);
                     match action {
                         OnFailure::Deny => {
                             outcome = Some(Outcome::Immediate(self.snap.responses.failure.clone()));
@@ -309,23 +309,25 @@ impl Run<'_> {
     }
 
     /// Records and logs a failed group (spec §10.2, partial chain failure).
-    fn failure(&mut self, phase: Phase, plan: &Plan, n: usize, error: CallError, action: OnFailure) {
+    fn failure(&mut self, phase: Phase, group: &Group, n: usize, error: CallError, action: OnFailure) {
         let chain = self.route.chain(phase);
-        let name = self.snap.agents.get(plan[n].agent).map(|a| a.name()).unwrap_or("");
-        let skipped: Vec<&str> = match action {
-            OnFailure::Continue => chain.policies[plan[n].policies.clone()]
-                .iter()
-                .map(|p| p.proto.name.as_str())
-                .collect(),
-            _ => chain.policies[plan[n].policies.start..]
-                .iter()
-                .map(|p| p.proto.name.as_str())
-                .collect(),
+        let name = self.snap.agents.get(group.agent).map(|a| a.name()).unwrap_or("");
+        let group = group.policies.clone();
+        let range = match action {
+            OnFailure::Continue => group.clone(),
+            _ => group.start..chain.policies.len(),
         };
+        let skipped: Vec<&str> = chain
+            .policies
+            .get(range)
+            .unwrap_or_default()
+            .iter()
+            .map(|p| p.proto.name.as_str())
+            .collect();
         let metadata = serde_json::json!({
             "phase": phase.as_str(),
             "total_policies": chain.policies.len(),
-            "executed_policies": plan[n].policies.start,
+            "executed_policies": group.start,
             "failed_at_agent": name,
             "failed_at_step": n + 1,
             "failure_reason": error.to_string(),

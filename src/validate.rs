@@ -111,7 +111,10 @@ async fn checked(cfg: KernelConfig, out: &mut impl Write) -> std::io::Result<boo
                     let groups: Vec<String> = plan
                         .iter()
                         .map(|g| {
-                            let policies: Vec<&str> = chain.policies[g.policies.clone()]
+                            let policies: Vec<&str> = chain
+                                .policies
+                                .get(g.policies.clone())
+                                .unwrap_or_default()
                                 .iter()
                                 .map(|p| p.proto.name.as_str())
                                 .collect();

@@ -485,7 +485,10 @@ impl Drop for Active {
         let duration_ms = self.started.elapsed().as_millis() as u64;
         let policies = |c: &crate::chain::CallRecord| -> Vec<&str> {
             let chain = self.route.chain(c.phase);
-            chain.policies[c.policies.clone()]
+            chain
+                .policies
+                .get(c.policies.clone())
+                .unwrap_or_default()
                 .iter()
                 .map(|p| p.proto.name.as_str())
                 .collect()
