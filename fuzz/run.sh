@@ -12,8 +12,16 @@ cargo fuzz build -O || exit 1
 cargo run --quiet --release --bin make_seeds
 mkdir -p corpus/config_loader logs
 cp ../config/*.yaml corpus/config_loader/
-pids=()
+# Every crash input ever fixed is replayed first (fuzz/regressions/<target>/).
 for t in config_loader reply_to_mutation stream; do
+  if [ -d "regressions/$t" ]; then
+    cargo fuzz run -O "$t" "regressions/$t" -- -runs=0 > "logs/$t.regressions.log" 2>&1 \
+      || { echo "regression input of $t fails again: see fuzz/logs/$t.regressions.log"; exit 1; }
+  fi
+done
+targets=${FUZZ_TARGETS:-"config_loader reply_to_mutation stream"}
+pids=()
+for t in $targets; do
   mkdir -p "corpus/$t" "artifacts/$t"
   nice -n 10 cargo fuzz run -O "$t" "corpus/$t" -- -max_total_time="$secs" -print_final_stats=1 \
     -artifact_prefix="artifacts/$t/" > "logs/$t.log" 2>&1 &
@@ -22,7 +30,7 @@ done
 status=0
 for p in "${pids[@]}"; do wait "$p" || status=1; done
 printf '%-18s %14s %8s %8s\n' target executions corpus crashes
-for t in config_loader reply_to_mutation stream; do
+for t in $targets; do
   execs=$(grep -o 'stat::number_of_executed_units: [0-9]*' "logs/$t.log" | awk '{print $2}')
   corpus=$(ls "corpus/$t" | wc -l)
   crashes=$(ls "artifacts/$t" 2>/dev/null | wc -l)

@@ -88,11 +88,16 @@ pub struct PathAndQuery {
 }
 
 impl PathAndQuery {
-    /// Parses a `:path` value.
+    /// Parses a `:path` value. An empty path part is `/`, so that a rewrite
+    /// never produces a `:path` Envoy would refuse.
     pub fn parse(full: &str) -> Self {
         let (path, query) = split_path(full);
         Self {
-            path: path.to_string(),
+            path: if path.is_empty() {
+                "/".to_string()
+            } else {
+                path.to_string()
+            },
             query: query.map(|q| q.split('&').filter(|s| !s.is_empty()).map(String::from).collect()),
         }
     }
@@ -182,6 +187,16 @@ mod tests {
         assert_eq!(p.to_path(), "/v3?only=this");
         p.remove_param("only");
         assert_eq!(p.to_path(), "/v3");
+    }
+
+    /// Regression: fuzz/regressions/stream/crash-4eec379c (a request without
+    /// `:path` whose agent set a query parameter gave `:path` "?q=v%20w").
+    #[test]
+    fn a_missing_path_becomes_slash() {
+        let mut p = PathAndQuery::parse("");
+        p.set_param("q", "v w");
+        assert_eq!(p.to_path(), "/?q=v%20w");
+        assert_eq!(PathAndQuery::parse("?a=1").to_path(), "/?a=1");
     }
 
     #[test]
