@@ -88,17 +88,16 @@ pub struct PathAndQuery {
 }
 
 impl PathAndQuery {
-    /// Parses a `:path` value. An empty path part is `/`, so that a rewrite
-    /// never produces a `:path` Envoy would refuse.
+    /// Parses a `:path` value. The parts kept as they are get control bytes,
+    /// spaces and non-ASCII percent-encoded, and an empty path part becomes
+    /// `/`, so that a rewrite never produces a `:path` Envoy would refuse,
+    /// whatever it received.
     pub fn parse(full: &str) -> Self {
         let (path, query) = split_path(full);
+        let path = wire_safe(path);
         Self {
-            path: if path.is_empty() {
-                "/".to_string()
-            } else {
-                path.to_string()
-            },
-            query: query.map(|q| q.split('&').filter(|s| !s.is_empty()).map(String::from).collect()),
+            path: if path.is_empty() { "/".to_string() } else { path },
+            query: query.map(|q| q.split('&').filter(|s| !s.is_empty()).map(wire_safe).collect()),
         }
     }
 
@@ -149,6 +148,14 @@ impl PathAndQuery {
     }
 }
 
+/// Bytes never allowed raw in a `:path`: controls (CR, LF, NUL...), space,
+/// and (by `utf8_percent_encode` itself) everything outside ASCII.
+const PATH_UNSAFE: &AsciiSet = &CONTROLS.add(b' ');
+
+fn wire_safe(s: &str) -> String {
+    utf8_percent_encode(s, PATH_UNSAFE).to_string()
+}
+
 fn segment_name(seg: &str) -> Cow<'_, str> {
     decode_component(seg.split_once('=').map(|(k, _)| k).unwrap_or(seg))
 }
@@ -197,6 +204,15 @@ mod tests {
         p.set_param("q", "v w");
         assert_eq!(p.to_path(), "/?q=v%20w");
         assert_eq!(PathAndQuery::parse("?a=1").to_path(), "/?a=1");
+    }
+
+    /// Regression: fuzz/regressions/stream/crash-2f94e0f1 (CR/LF in the
+    /// `:path` Envoy sent survived a query rewrite).
+    #[test]
+    fn kept_parts_are_made_wire_safe() {
+        let mut p = PathAndQuery::parse("/a\r\nb c?x=1\n2&y=é");
+        p.set_param("z", "1");
+        assert_eq!(p.to_path(), "/a%0D%0Ab%20c?x=1%0A2&y=%C3%A9&z=1");
     }
 
     #[test]
