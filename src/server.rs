@@ -108,9 +108,10 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     let config = Arc::clone(&kernel.snapshot().config);
-    // Let more streams than the kernel serves reach it, so that the excess is
-    // answered with overload_response at once instead of queueing in Envoy.
-    let streams = config.server.max_concurrent_streams.saturating_mul(2).max(100);
+    // Let far more streams than the kernel serves reach it, so that the
+    // excess is answered with overload_response at once; a per-connection cap
+    // near the limit would make Envoy see REFUSED_STREAM and answer 500.
+    let streams = config.server.max_concurrent_streams.saturating_mul(10).max(10_000);
     let router = || {
         tonic::transport::Server::builder()
             .max_concurrent_streams(streams)

@@ -260,10 +260,12 @@ impl CallLog {
     fn write(&self, event: &str) {
         if let Some(path) = &self.file {
             if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
-                let _ = writeln!(f, "{event} {}", self.what);
+                // One write per line: O_APPEND keeps concurrent lines whole.
+                let _ = f.write_all(format!("{event} {}\n", self.what).as_bytes());
             }
         }
     }
+
     fn finish(mut self) {
         self.done = true;
         self.write("end");

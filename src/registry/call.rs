@@ -41,6 +41,11 @@ pub enum CallError {
     /// The reply broke the contract.
     #[error("invalid agent reply: {0}")]
     Invalid(String),
+    /// The call itself was refused: too large to send, or the agent answered
+    /// with a gRPC code that blames the request (INVALID_ARGUMENT,
+    /// RESOURCE_EXHAUSTED, ...).
+    #[error("call rejected: {0}")]
+    Rejected(String),
     /// Not sent: the agent's circuit is open, or `max_concurrent_calls` are
     /// in flight.
     #[error("agent refused locally: {0}")]
@@ -53,9 +58,20 @@ impl CallError {
         match self {
             CallError::Timeout => 1,
             CallError::Unavailable(_) | CallError::Shed(_) => 2,
-            CallError::Failed(_) => 3,
+            CallError::Failed(_) | CallError::Rejected(_) => 3,
             CallError::Invalid(_) => 4,
         }
+    }
+
+    /// Whether the failure says something about the agent's health (and so
+    /// counts toward its circuit breaker): timeouts, unreachable agents and
+    /// broken transports do; errors about the request itself, invalid
+    /// replies (the agent is up) and local shedding do not.
+    pub fn charges_agent(&self) -> bool {
+        matches!(
+            self,
+            CallError::Timeout | CallError::Unavailable(_) | CallError::Failed(_)
+        )
     }
 
     /// Short label for metrics and logs.
@@ -64,13 +80,54 @@ impl CallError {
             CallError::Timeout => "timeout",
             CallError::Unavailable(_) => "unavailable",
             CallError::Failed(_) => "error",
+            CallError::Rejected(_) => "rejected",
             CallError::Invalid(_) => "invalid_reply",
             CallError::Shed(why) => why,
         }
     }
 }
 
+/// gRPC codes an agent uses for a problem with the request, not with itself.
+fn blames_request(code: tonic::Code) -> bool {
+    use tonic::Code::*;
+    matches!(
+        code,
+        InvalidArgument | ResourceExhausted | OutOfRange | FailedPrecondition
+    )
+}
+
+/// Reopens a half-open circuit whose probe call was dropped unfinished.
+struct ProbeGuard<'a> {
+    circuit: &'a super::circuit::Circuit,
+    settled: bool,
+}
+
+impl Drop for ProbeGuard<'_> {
+    fn drop(&mut self) {
+        if !self.settled {
+            self.circuit.probe_abandoned();
+        }
+    }
+}
+
 impl AgentCall {
+    /// A description of the problem when the encoded call is over
+    /// [`super::client::MAX_REPLY_BYTES`], which the transport would refuse
+    /// with an opaque protocol error.
+    fn oversized(&self) -> Option<String> {
+        use prost::Message;
+        let len = match self {
+            AgentCall::Request(r) => r.encoded_len(),
+            AgentCall::Response(r) => r.encoded_len(),
+        };
+        (len > super::client::MAX_REPLY_BYTES).then(|| {
+            format!(
+                "call too large: {len} bytes, over the {}-byte gRPC message limit",
+                super::client::MAX_REPLY_BYTES
+            )
+        })
+    }
+
     fn set_deadline(&mut self, ms: i64) {
         match self {
             AgentCall::Request(r) => r.deadline_ms = ms,
@@ -93,17 +150,28 @@ impl AgentHandle {
         let Ok(_permit) = self.calls.try_acquire() else {
             return Err(CallError::Shed("max_concurrent_calls"));
         };
+        if let Some(too_big) = call.oversized() {
+            return Err(CallError::Rejected(too_big));
+        }
         if !self.circuit.try_call() {
             return Err(CallError::Shed("circuit_open"));
         }
+        // Settles the circuit if this future is dropped mid-call (stream reset).
+        let mut guard = ProbeGuard {
+            circuit: &self.circuit,
+            settled: false,
+        };
         let result = self.attempts(call, deadline, trace).await;
+        guard.settled = true;
         match &result {
             Ok(_) => self.circuit.success(),
-            Err(e) => {
+            Err(e) if e.charges_agent() => {
                 if self.circuit.failure() {
                     tracing::warn!(agent = self.name(), error = %e, "circuit opened: the agent counts as unavailable until a probe succeeds");
                 }
             }
+            // The agent answered: it is up, whatever it said.
+            Err(_) => self.circuit.success(),
         }
         self.metrics.circuit.set(self.circuit.state() as i64);
         result
@@ -143,7 +211,12 @@ impl AgentHandle {
                         return Err(CallError::Timeout);
                     }
                     if !not_sent {
-                        return Err(CallError::Failed(format!("{}: {}", status.code(), status.message())));
+                        let text = format!("{}: {}", status.code(), status.message());
+                        return Err(if blames_request(status.code()) {
+                            CallError::Rejected(text)
+                        } else {
+                            CallError::Failed(text)
+                        });
                     }
                     if attempt == attempts {
                         return Err(CallError::Unavailable(status.message().to_string()));

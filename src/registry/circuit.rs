@@ -87,6 +87,28 @@ impl Circuit {
         }
     }
 
+    /// A health check passed: an open circuit's cool-down ends now, so the
+    /// next call is the probe (which still decides). Recovery then takes a
+    /// health-check interval, not the whole cool-down.
+    pub fn health_passed(&self) {
+        let now = self.now_ms();
+        let state = self.state.load(Ordering::Acquire);
+        if state > HALF_OPEN && now + 2 < state {
+            let _ = self
+                .state
+                .compare_exchange(state, now + 2, Ordering::AcqRel, Ordering::Acquire);
+        }
+    }
+
+    /// The probe call was abandoned (its stream was reset) before it ended:
+    /// open the circuit again rather than stay half-open for ever.
+    pub fn probe_abandoned(&self) {
+        let open_until = self.now_ms() + u64::try_from(self.cooldown.as_millis()).unwrap_or(u64::MAX / 2) + 2;
+        let _ = self
+            .state
+            .compare_exchange(HALF_OPEN, open_until, Ordering::AcqRel, Ordering::Acquire);
+    }
+
     /// Records a successful call.
     pub fn success(&self) {
         self.failures.store(0, Ordering::Release);
@@ -153,6 +175,24 @@ mod tests {
         assert!(c.failure(), "a failed probe opens again");
         assert_eq!(c.state(), CircuitState::Open);
         assert!(!c.try_call());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn health_ends_the_cooldown_and_an_abandoned_probe_reopens() {
+        let c = Circuit::new(1, Duration::from_secs(30));
+        assert!(c.failure());
+        assert!(!c.try_call());
+        c.health_passed();
+        assert!(!c.blocks(), "a passing health check ends the cool-down");
+        assert!(c.try_call(), "the next call is the probe");
+        c.probe_abandoned();
+        assert_eq!(c.state(), CircuitState::Open, "not stuck half-open");
+        tokio::time::advance(Duration::from_secs(31)).await;
+        assert!(c.try_call());
+        c.success();
+        assert_eq!(c.state(), CircuitState::Closed);
+        c.health_passed();
+        assert_eq!(c.state(), CircuitState::Closed, "no effect when closed");
     }
 
     #[test]

@@ -105,6 +105,9 @@ async fn round_with(agent: &AgentHandle, force: bool) -> bool {
     }
     let result = check(agent).await;
     let was = agent.set_healthy(result.is_ok());
+    if result.is_ok() {
+        agent.circuit.health_passed();
+    }
     match (&result, was) {
         (Ok(()), false) => tracing::info!(agent = name, "agent healthy"),
         (Err(e), true) => tracing::warn!(agent = name, error = %e, "agent unhealthy"),

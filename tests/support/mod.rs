@@ -15,6 +15,7 @@ use hyper_util::rt::TokioIo;
 
 pub mod envoy;
 pub mod extproc;
+pub mod load;
 #[allow(unused_imports)]
 pub use envoy::Envoy;
 
