@@ -89,14 +89,18 @@ pub struct PathAndQuery {
 
 impl PathAndQuery {
     /// Parses a `:path` value. The parts kept as they are get control bytes,
-    /// spaces and non-ASCII percent-encoded, and an empty path part becomes
-    /// `/`, so that a rewrite never produces a `:path` Envoy would refuse,
-    /// whatever it received.
+    /// spaces and non-ASCII percent-encoded, and the path part always starts
+    /// with `/`, so that a rewrite never produces a `:path` Envoy would
+    /// refuse, whatever it received.
     pub fn parse(full: &str) -> Self {
         let (path, query) = split_path(full);
         let path = wire_safe(path);
         Self {
-            path: if path.is_empty() { "/".to_string() } else { path },
+            path: if path.starts_with('/') {
+                path
+            } else {
+                format!("/{path}")
+            },
             query: query.map(|q| q.split('&').filter(|s| !s.is_empty()).map(wire_safe).collect()),
         }
     }
@@ -213,6 +217,16 @@ mod tests {
         let mut p = PathAndQuery::parse("/a\r\nb c?x=1\n2&y=é");
         p.set_param("z", "1");
         assert_eq!(p.to_path(), "/a%0D%0Ab%20c?x=1%0A2&y=%C3%A9&z=1");
+    }
+
+    /// Regression: fuzz/regressions/stream/crash-660eafb9 (a `:path` that did
+    /// not start with `/` survived a query rewrite).
+    #[test]
+    fn the_path_always_starts_with_a_slash() {
+        let mut p = PathAndQuery::parse("a?/x=1");
+        p.set_param("x", "v w");
+        assert_eq!(p.to_path(), "/a?/x=1&x=v%20w");
+        assert_eq!(PathAndQuery::parse("*").to_path(), "/*");
     }
 
     #[test]
