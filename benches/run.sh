@@ -329,7 +329,7 @@ if [ "$ENVOY_E2E" = 1 ]; then
 fi
 
 if [ "$ENVOY_E2E" = 1 ] && [ -z "$ENVOY_NOTE" ]; then
-  python3 -c "import sys; sys.path.insert(0, '$ROOT/benches'); import report; sys.stdout.buffer.write(report.json_body($BODY))" >"$RUN/body.json"
+  python3 -B -c "import sys; sys.path.insert(0, '$ROOT/benches'); import report; sys.stdout.buffer.write(report.json_body($BODY))" >"$RUN/body.json"
   ENVOY_STATS_KEYS='ext_proc\.|downstream_rq_[2-5]xx|downstream_rq_total'
   start_envoy() { # start_envoy with|without
     PORT=$(free_port) ADMIN=$(free_port) UPSTREAM=$(free_port)
