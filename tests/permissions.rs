@@ -68,6 +68,16 @@ fn chown(path: &Path, user: &str) {
         .success());
 }
 
+/// A kernel child killed on drop, so a failed assertion leaves nothing running.
+struct Kernel(Child);
+
+impl Drop for Kernel {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 fn start_kernel(dir: &Path, socket: &Path) -> Child {
     let config = dir.join("kernel.yaml");
     std::fs::write(
@@ -101,12 +111,11 @@ fn kernel_socket_is_private_to_its_user_and_group() {
 
     // The kernel creates the missing socket directory 0750 and the socket 0660.
     let socket = base.path().join("sockets/kernel.sock");
-    let mut kernel = start_kernel(base.path(), &socket);
+    let mut kernel = Kernel(start_kernel(base.path(), &socket));
     let deadline = Instant::now() + Duration::from_secs(20);
     while !socket.exists() {
-        if let Ok(Some(status)) = kernel.try_wait() {
-            let out = kernel.wait_with_output().unwrap();
-            panic!("kernel exited {status}: {}", String::from_utf8_lossy(&out.stdout));
+        if let Ok(Some(status)) = kernel.0.try_wait() {
+            panic!("kernel exited {status}");
         }
         assert!(Instant::now() < deadline, "no socket");
         std::thread::sleep(Duration::from_millis(20));
@@ -121,8 +130,7 @@ fn kernel_socket_is_private_to_its_user_and_group() {
         "the kernel's own user must connect"
     );
     assert_eq!(connect_as(OTHER_USER, &socket), Err(13), "another user must get EACCES");
-    let _ = kernel.kill();
-    let _ = kernel.wait();
+    drop(kernel);
 
     // A world-writable socket directory is refused.
     let open = base.path().join("open");
