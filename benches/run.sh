@@ -13,7 +13,8 @@
 #      (maximum throughput), plus K1 in a closed loop with the kernel alone on
 #      core 0 (agent and generator on core 1), and the kernel's idle RSS with
 #      its 3 agents registered;
-#   3. end to end through a real Envoy 1.40 (--concurrency 1) with h2load:
+#   3. end to end through a real Envoy 1.40 (--concurrency 1), maximum
+#      throughput with h2load, fixed rates with pk-http (paced open loop):
 #      E0 (Envoy without ext_proc), E0B (the same with a 16 KiB POST body),
 #      then K0, K1, K3, KB through the ext_proc filter; maximum throughput
 #      (closed loop), then fixed rates: 50% of the scenario's own maximum,
@@ -161,7 +162,7 @@ else
   cargo build --quiet -p policy-kernel --bins -p policy-kernel-loadgen
   BIN="$TARGET_DIR/debug"
 fi
-for b in policy-kernel policy-test-agent pk-loadgen pk-floor; do
+for b in policy-kernel policy-test-agent pk-loadgen pk-floor pk-http; do
   [ -x "$BIN/$b" ] || { echo "missing binary $BIN/$b" >&2; exit 1; }
 done
 
@@ -343,16 +344,13 @@ if [ "$ENVOY_E2E" = 1 ] && [ -z "$ENVOY_NOTE" ]; then
   }
   envoy_ready() { http_get "http://127.0.0.1:$ADMIN/ready" | grep -q LIVE; }
   envoy_stats() { http_get "http://127.0.0.1:$ADMIN/stats" | grep -E "$ENVOY_STATS_KEYS" || true; }
-  # h2load_run LABEL RATE PATH [DATA]: RATE 0 = closed loop (16 connections x 8 streams)
+  # h2load_run LABEL RATE PATH [DATA]: RATE 0 = closed loop, h2load with 16
+  # connections x 8 streams; else pk-http at RATE req/s, evenly paced over 8
+  # connections (h2load --rps sends each timer tick's requests as one burst:
+  # 10 requests every 10 ms at 1,000 req/s, which measures queueing behind
+  # the burst rather than the added latency of one request).
   h2load_run() {
     local label=$1 rate=$2 path=$3 data=${4:-} args=() pids_cpu=() before after out
-    if [ "$rate" = 0 ]; then
-      args=(-c 16 -m 8)
-    else
-      local per=$(( (rate + 7) / 8 ))
-      args=(-c 8 -m 64 --rps "$per")
-    fi
-    [ -n "$data" ] && args+=(-d "$data")
     sleep 1 # let the previous run's streams drain
     envoy_stats >"$RUN/stats-before.txt"
     before="" after=""
@@ -361,8 +359,17 @@ if [ "$ENVOY_E2E" = 1 ] && [ -z "$ENVOY_NOTE" ]; then
     children_cpu_us
     m0=$(machine_busy_us) g0=$CHILD_US
     out="$RUN/h2load-$label.txt"
-    taskset -c "$LG_CPU" nice -n "$NICE" timeout 120 h2load "${args[@]}" -D "$DUR" --warm-up-time "$WARM" \
-      --log-file "$RUN/h2load-$label.log" "http://127.0.0.1:$PORT$path" >"$out" 2>&1 || true
+    if [ "$rate" = 0 ]; then
+      args=(-c 16 -m 8)
+      [ -n "$data" ] && args+=(-d "$data")
+      taskset -c "$LG_CPU" nice -n "$NICE" timeout 120 h2load "${args[@]}" -D "$DUR" --warm-up-time "$WARM" \
+        --log-file "$RUN/h2load-$label.log" "http://127.0.0.1:$PORT$path" >"$out" 2>&1 || true
+    else
+      args=(--rate "$rate" --connections 8)
+      [ -n "$data" ] && args+=(--data "$data")
+      taskset -c "$LG_CPU" nice -n "$NICE" timeout 120 "$BIN/pk-http" "${args[@]}" --duration "$DUR" --warmup "$WARM" \
+        --log-file "$RUN/h2load-$label.log" "http://127.0.0.1:$PORT$path" >"$out" 2>&1 || true
+    fi
     children_cpu_us
     m1=$(machine_busy_us) g1=$CHILD_US
     for p in $SUT_PIDS; do after+="$(cpu_us "$p") "; done
