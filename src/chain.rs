@@ -199,8 +199,9 @@ impl Run<'_> {
                     RequestTrace::child(parent, "kernel.agent_call", attrs)
                 }
             });
-            let result = agent
-                .execute(call, deadline.min(call_started + agent.timeout()), call_cx.as_ref())
+            // Boxed: a large future kept inline is copied by every future
+            // that awaits it, up to the stream's.
+            let result = Box::pin(agent.execute(call, deadline.min(call_started + agent.timeout()), call_cx.as_ref()))
                 .await
                 .and_then(|reply| state.check(self.request_id, reply));
             if let Some(cx) = call_cx {

@@ -124,9 +124,10 @@ impl Kernel {
         if current.config.server.socket_path != config.server.socket_path
             || current.config.server.port != config.server.port
             || current.config.server.address != config.server.address
+            || current.config.server.worker_threads != config.server.worker_threads
             || current.config.observability.metrics_port != config.observability.metrics_port
         {
-            tracing::warn!("listener addresses changed in the configuration; they take effect at the next restart");
+            tracing::warn!("listener addresses or worker threads changed in the configuration; they take effect at the next restart");
         }
         let agents: Vec<Arc<AgentHandle>> = config
             .agents

@@ -14,6 +14,12 @@ use clap::{Parser, Subcommand};
 use policy_kernel::{admin::Admin, config, kernel::Kernel, reload, server, telemetry, validate};
 use tokio::signal::unix::{signal, SignalKind};
 
+// mimalloc: the request path allocates many small, short-lived buffers (gRPC
+// frames, protobuf messages); glibc malloc spent about 18% of the kernel's
+// CPU on them (benches/RESULTS.md, "mimalloc").
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Envoy ext_proc sidecar that runs route policy chains on policy agents.
 #[derive(Debug, Parser)]
 #[command(name = "policy-kernel", version)]
@@ -35,21 +41,37 @@ enum Command {
     },
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let path = cli.config.context("--config=PATH is required")?;
     match cli.command {
         Some(Command::Validate { check_agents }) => {
-            let ok = validate::run(&path, check_agents, &mut std::io::stdout()).await?;
+            let ok = runtime(0)?.block_on(validate::run(&path, check_agents, &mut std::io::stdout()))?;
             std::process::exit(if ok { 0 } else { 1 });
         }
-        None => serve(path).await,
+        None => {
+            let cfg = config::load(&path)?;
+            runtime(cfg.server.worker_threads)?.block_on(serve(path, cfg))
+        }
     }
 }
 
-async fn serve(path: PathBuf) -> anyhow::Result<()> {
-    let cfg = config::load(&path)?;
+/// The async runtime: `server.worker_threads` threads (0: one per CPU the
+/// process may use); one thread runs a single-threaded runtime.
+fn runtime(threads: u16) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = if threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        if threads > 1 {
+            b.worker_threads(threads.into());
+        }
+        b
+    };
+    builder.enable_all().thread_name("policy-kernel").build()
+}
+
+async fn serve(path: PathBuf, cfg: config::KernelConfig) -> anyhow::Result<()> {
     telemetry::init_logging(&cfg.observability.log_level);
     telemetry::tracing::init(&cfg.observability.tracing)?;
     let addr: SocketAddr = format!("{}:{}", cfg.server.address, cfg.server.port)

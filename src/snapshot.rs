@@ -116,6 +116,8 @@ pub struct Responses {
     pub failure: Immediate,
     /// Too many streams in progress.
     pub overload: Immediate,
+    /// A request body over `server.max_request_body_bytes`.
+    pub too_large: Immediate,
 }
 
 /// Everything the request path needs, immutable.
@@ -184,6 +186,7 @@ impl Snapshot {
                 unavailable: immediate(&config.agent_unavailable_response, "agent_unavailable"),
                 failure: immediate(&config.policy_failure_response, "policy_execution_failed"),
                 overload: immediate(&config.overload_response, "overloaded"),
+                too_large: immediate(&config.payload_too_large_response, "payload_too_large"),
             },
             phase_validation: config.response_phase_validation,
             route_name_header: config.server.route_name_header.as_ref().map(|h| h.to_ascii_lowercase()),

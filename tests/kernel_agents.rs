@@ -118,8 +118,10 @@ async fn agent_down_at_startup_is_discovered_later() {
 async fn unsent_calls_are_retried_once_delivered() {
     let dir = workdir();
     let mut agent = TestAgent::start(dir.path(), "retry", TAG);
-    let kernel = KernelProc::start(
+    // A single-threaded kernel (server.worker_threads: 1) does the same.
+    let kernel = KernelProc::start_with(
         dir.path(),
+        "    worker_threads: 1\n",
         &format!(
             "  agents:\n{}  route_policies:\n    - route_name: r\n      request_policy_chain: [{{policy: tag}}]\n",
             agent_entry("retry", &agent, "      health_check_interval_ms: 60000\n      timeout_ms: 3000\n      retry: {max_attempts: 10, backoff_ms: 200}\n")

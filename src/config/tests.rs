@@ -63,6 +63,10 @@ fn minimal_config_takes_all_defaults() {
     assert_eq!(c.server.address, "127.0.0.1");
     assert_eq!(c.server.port, 9001);
     assert_eq!(c.server.max_concurrent_streams, 1000);
+    assert_eq!(c.server.worker_threads, 0);
+    assert_eq!(c.server.max_request_body_bytes, 1024 * 1024);
+    assert_eq!(c.payload_too_large_response.status_code, 413);
+    assert!(c.payload_too_large_response.body.contains("PAYLOAD_TOO_LARGE"));
     assert_eq!(c.observability.metrics_port, 9090);
     assert_eq!(c.observability.metrics_address, "127.0.0.1");
     assert_eq!(c.policy_not_supported_response.status_code, 500);
@@ -120,6 +124,16 @@ fn ranges_and_references_are_checked() {
     assert!(err("policy_kernel:\n  response_phase_validation: loose\n").contains("unknown variant"));
     assert!(err("policy_kernel:\n  observability: {log_level: loud}\n").contains("log_level"));
     assert!(err("policy_kernel:\n  server: {address: nowhere}\n").contains("server.address"));
+    assert!(err("policy_kernel:\n  server: {worker_threads: 257}\n").contains("server.worker_threads"));
+    assert!(err("policy_kernel:\n  server: {max_request_body_bytes: 0}\n").contains("server.max_request_body_bytes"));
+    assert!(err("policy_kernel:\n  server: {max_request_body_bytes: 16777216}\n").contains("max_request_body_bytes"));
+    assert_eq!(
+        parse("policy_kernel:\n  server: {worker_threads: 1}\n")
+            .unwrap()
+            .server
+            .worker_threads,
+        1
+    );
 }
 
 #[test]

@@ -43,6 +43,10 @@ pub struct KernelConfig {
     /// Answer when `server.max_concurrent_streams` are in progress (default 503).
     #[serde(default = "ResponseConfig::overload_default")]
     pub overload_response: ResponseConfig,
+    /// Answer when a request body that a policy needs is declared larger
+    /// than `server.max_request_body_bytes` (default 413).
+    #[serde(default = "ResponseConfig::too_large_default")]
+    pub payload_too_large_response: ResponseConfig,
     /// Whether the response phase re-checks agent health (§6.3).
     #[serde(default)]
     pub response_phase_validation: PhaseValidation,
@@ -76,6 +80,19 @@ pub struct ServerConfig {
     pub phase_timeout_ms: u64,
     /// How long in-flight streams may run after SIGTERM, in ms. Default 5000.
     pub drain_timeout_ms: u64,
+    /// Threads that run requests. 0 (the default): one per CPU the process
+    /// may run on (its affinity mask, e.g. `taskset`, or the container's CPU
+    /// set). 1: a single-threaded runtime, the cheapest per request when the
+    /// kernel has one core. Fixed at startup. At most 256.
+    pub worker_threads: u16,
+    /// Largest request body, in bytes, the kernel has Envoy buffer for a
+    /// policy that needs the body (decided from `content-length`). A larger
+    /// declared body is answered with `payload_too_large_response` before
+    /// Envoy buffers anything. Keep it at most Envoy's buffer limit
+    /// (`per_connection_buffer_limit_bytes`, 1 MiB by default): a body Envoy
+    /// is switched to buffer by the kernel is not held to that limit.
+    /// Default 1048576, at most 15728640 (the agent call limit is 16 MiB).
+    pub max_request_body_bytes: u64,
 }
 
 impl Default for ServerConfig {
@@ -88,6 +105,8 @@ impl Default for ServerConfig {
             route_name_header: None,
             phase_timeout_ms: 2000,
             drain_timeout_ms: 5000,
+            worker_threads: 0,
+            max_request_body_bytes: 1024 * 1024,
         }
     }
 }
@@ -297,6 +316,14 @@ impl ResponseConfig {
             &[("Retry-After", "1")],
         )
     }
+    /// Default `payload_too_large_response`.
+    pub fn too_large_default() -> Self {
+        Self::json(
+            413,
+            r#"{"error": "Request body too large", "code": "PAYLOAD_TOO_LARGE"}"#,
+            &[],
+        )
+    }
     /// Default `policy_failure_response`.
     pub fn failure_default() -> Self {
         Self::json(
@@ -414,6 +441,7 @@ impl KernelConfig {
             ("agent_unavailable_response", &self.agent_unavailable_response),
             ("policy_failure_response", &self.policy_failure_response),
             ("overload_response", &self.overload_response),
+            ("payload_too_large_response", &self.payload_too_large_response),
         ] {
             resp.validate(&format!("{p}.{name}"))?;
         }
@@ -459,6 +487,16 @@ impl ServerConfig {
                 "must be at least 1",
                 None,
             ));
+        }
+        if !(1..=15 * 1024 * 1024).contains(&self.max_request_body_bytes) {
+            return Err(invalid(
+                format!("{f}.max_request_body_bytes"),
+                "must be 1-15728640",
+                None,
+            ));
+        }
+        if self.worker_threads > 256 {
+            return Err(invalid(format!("{f}.worker_threads"), "must be 0-256", None));
         }
         if !(1..=30_000).contains(&self.phase_timeout_ms) {
             return Err(invalid(format!("{f}.phase_timeout_ms"), "must be 1-30000", None));

@@ -242,6 +242,9 @@ impl Session {
             return translate::respond(Answer::RequestHeaders, None);
         };
         let end_of_stream = h.end_of_stream;
+        let declared_len = header(&h, "content-length")
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .and_then(|v| v.trim().parse::<u64>().ok());
         let request = request_ctx(h, attrs);
         let rr = route.rr.fetch_add(1, Ordering::Relaxed);
         let planning = trace
@@ -274,6 +277,17 @@ impl Session {
         let want_request_body = route.request.needs_body && !request_plan.is_empty();
         let response_body = route.response.needs_body && !response_plan.is_empty();
         let buffer_request = want_request_body && !end_of_stream;
+        if buffer_request {
+            let limit = snap.config.server.max_request_body_bytes;
+            if let Some(len) = declared_len.filter(|&len| len > limit) {
+                let imm = &snap.responses.too_large;
+                route.metrics.immediate(imm.status, &imm.reason);
+                tracing::warn!(route = %route.name, request_id = %request.request_id, content_length = len,
+                    max_request_body_bytes = limit, response_status = imm.status, action = "IMMEDIATE_RESPONSE",
+                    "request body larger than server.max_request_body_bytes: not buffered for the body policies");
+                return translate::immediate(imm);
+            }
+        }
         let mode = (buffer_request || response_body).then(|| translate::mode_override(buffer_request, response_body));
         let mut active = Box::new(Active {
             started: std::time::Instant::now(),
@@ -499,9 +513,10 @@ impl Drop for Active {
         agents.sort_unstable();
         agents.dedup();
         if agents.len() == 1 {
-            let metadata = serde_json::json!({"policies_executed": total_policies, "instructions_count": instructions});
             tracing::info!(request_id = %self.request.request_id, route_name = %self.route.name,
-                agent_name = name(agents[0]), duration_ms, metadata = %metadata, "Request processed successfully");
+                agent_name = name(agents[0]), duration_ms,
+                metadata = format_args!("{{\"policies_executed\":{total_policies},\"instructions_count\":{instructions}}}"),
+                "Request processed successfully");
             return;
         }
         let mut per_agent = serde_json::Map::new();

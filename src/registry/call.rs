@@ -194,7 +194,9 @@ impl AgentHandle {
             let ms = i64::try_from(remaining.as_millis()).unwrap_or(i64::MAX).max(1);
             let mut this = if attempt == attempts { call.take() } else { call.clone() }.ok_or(CallError::Timeout)?;
             this.set_deadline(ms);
-            match tokio::time::timeout(remaining, self.send(this, remaining, trace)).await {
+            // Boxed: the gRPC call's future is several KiB; kept inline it would
+            // be copied into every future that awaits it, up to the stream's.
+            match tokio::time::timeout(remaining, Box::pin(self.send(this, remaining, trace))).await {
                 Err(_) => {
                     self.metrics.timeouts.inc();
                     return Err(CallError::Timeout);

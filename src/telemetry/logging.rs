@@ -8,7 +8,7 @@
 use std::fmt;
 use std::sync::OnceLock;
 
-use serde_json::{Map, Value};
+use serde::de::IgnoredAny;
 use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::fmt::format::Writer;
@@ -25,6 +25,11 @@ fn filter(level: &str) -> EnvFilter {
 }
 
 /// Installs the global JSON logger at `level`. Later calls change the level.
+///
+/// Each line is formatted straight into the subscriber's per-thread buffer
+/// and written to stdout with one `write` call. (A writer thread was tried:
+/// no measurable CPU difference on the request path, and lines lagged behind
+/// the answers they describe.)
 pub fn init_logging(level: &str) {
     if FILTER.get().is_some() {
         set_level(level);
@@ -50,36 +55,111 @@ pub fn set_level(level: &str) {
 
 struct JsonFormat;
 
-struct Fields(Map<String, Value>);
+/// Names the formatter writes itself; an event field with one of them is
+/// written as `field_<name>` so that no key appears twice in a line.
+const RESERVED: [&str; 3] = ["timestamp", "level", "component"];
 
-impl Visit for Fields {
-    fn record_str(&mut self, field: &Field, value: &str) {
-        let v = if field.name() == "metadata" {
-            serde_json::from_str(value).unwrap_or_else(|_| Value::String(value.into()))
+/// Writes an event's fields straight into the line as `,"name":value`.
+struct Fields<'w, 'a> {
+    out: &'w mut Writer<'a>,
+    result: fmt::Result,
+}
+
+impl Fields<'_, '_> {
+    fn key(&mut self, field: &Field) {
+        let name = field.name();
+        let prefix = if RESERVED.contains(&name) { "field_" } else { "" };
+        self.write(format_args!(",\"{prefix}{name}\":"));
+    }
+    fn write(&mut self, args: fmt::Arguments<'_>) {
+        if self.result.is_ok() {
+            self.result = self.out.write_fmt(args);
+        }
+    }
+    fn string(&mut self, value: &str) {
+        if self.result.is_ok() {
+            self.result = write_json_str(self.out, value);
+        }
+    }
+    /// Embeds `text` as JSON when it is a JSON document, else as a string.
+    fn json_or_string(&mut self, text: &str) {
+        let trimmed = text.trim();
+        let is_json = matches!(trimmed.as_bytes().first(), Some(b'{' | b'['))
+            && serde_json::from_str::<IgnoredAny>(trimmed).is_ok();
+        if is_json {
+            self.write(format_args!("{trimmed}"));
         } else {
-            Value::String(value.into())
-        };
-        self.0.insert(field.name().into(), v);
+            self.string(text);
+        }
+    }
+}
+
+impl Visit for Fields<'_, '_> {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.key(field);
+        // Request logs pass their nested `metadata` object as JSON text.
+        if field.name() == "metadata" {
+            self.json_or_string(value);
+        } else {
+            self.string(value);
+        }
     }
     fn record_i64(&mut self, field: &Field, value: i64) {
-        self.0.insert(field.name().into(), value.into());
+        self.key(field);
+        self.write(format_args!("{value}"));
     }
     fn record_u64(&mut self, field: &Field, value: u64) {
-        self.0.insert(field.name().into(), value.into());
+        self.key(field);
+        self.write(format_args!("{value}"));
     }
     fn record_f64(&mut self, field: &Field, value: f64) {
-        self.0.insert(field.name().into(), value.into());
+        self.key(field);
+        if value.is_finite() {
+            self.write(format_args!("{value}"));
+        } else {
+            self.write(format_args!("null"));
+        }
     }
     fn record_bool(&mut self, field: &Field, value: bool) {
-        self.0.insert(field.name().into(), value.into());
+        self.key(field);
+        self.write(format_args!("{value}"));
     }
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        self.key(field);
         let text = format!("{value:?}");
-        // Lists and maps logged with `?` are Rust debug text; keep them
-        // machine-readable when they are valid JSON (Vec<String> is).
-        let v = serde_json::from_str(&text).unwrap_or(Value::String(text));
-        self.0.insert(field.name().into(), v);
+        if field.name() == "message" {
+            self.string(&text);
+        } else {
+            // Lists and maps logged with `?` are Rust debug text; keep them
+            // machine-readable when they are valid JSON (Vec<String> is).
+            self.json_or_string(&text);
+        }
     }
+}
+
+/// Writes `s` as a JSON string literal (quotes and escapes included).
+fn write_json_str(out: &mut impl fmt::Write, s: &str) -> fmt::Result {
+    out.write_char('"')?;
+    let mut plain = 0;
+    for (i, c) in s.char_indices() {
+        let esc: Option<&str> = match c {
+            '"' => Some("\\\""),
+            '\\' => Some("\\\\"),
+            '\n' => Some("\\n"),
+            '\r' => Some("\\r"),
+            '\t' => Some("\\t"),
+            c if (c as u32) < 0x20 => None,
+            _ => continue,
+        };
+        out.write_str(&s[plain..i])?;
+        match esc {
+            Some(e) => out.write_str(e)?,
+            None => write!(out, "\\u{:04x}", c as u32)?,
+        }
+        plain = i + c.len_utf8();
+    }
+    out.write_str(&s[plain..])?;
+    out.write_char('"')
 }
 
 fn level_name(level: &Level) -> &'static str {
@@ -98,18 +178,113 @@ where
     N: for<'a> FormatFields<'a> + 'static,
 {
     fn format_event(&self, _: &FmtContext<'_, S, N>, mut writer: Writer<'_>, event: &Event<'_>) -> fmt::Result {
-        let mut fields = Fields(Map::new());
-        fields.0.insert(
-            "timestamp".into(),
-            humantime::format_rfc3339_micros(std::time::SystemTime::now())
-                .to_string()
-                .into(),
-        );
-        fields
-            .0
-            .insert("level".into(), level_name(event.metadata().level()).into());
-        fields.0.insert("component".into(), "kernel".into());
+        write!(
+            writer,
+            "{{\"timestamp\":\"{}\",\"level\":\"{}\",\"component\":\"kernel\"",
+            humantime::format_rfc3339_micros(std::time::SystemTime::now()),
+            level_name(event.metadata().level())
+        )?;
+        let mut fields = Fields {
+            out: &mut writer,
+            result: Ok(()),
+        };
         event.record(&mut fields);
-        writeln!(writer, "{}", Value::Object(fields.0))
+        fields.result?;
+        writeln!(writer, "}}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use serde_json::Value;
+    use tracing_subscriber::fmt::MakeWriter;
+
+    use super::*;
+
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .map_err(|_| std::io::ErrorKind::Other)?
+                .extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl<'a> MakeWriter<'a> for Buf {
+        type Writer = Buf;
+        fn make_writer(&'a self) -> Buf {
+            self.clone()
+        }
+    }
+
+    fn lines(log: impl FnOnce()) -> Vec<Value> {
+        let buf = Buf::default();
+        let subscriber = tracing_subscriber::fmt()
+            .event_format(JsonFormat)
+            .with_writer(buf.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, log);
+        let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+        text.lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+            .collect()
+    }
+
+    #[test]
+    fn each_event_is_one_json_object_with_the_spec_fields() {
+        let hostile = "quote \" backslash \\ newline \n cr \r tab \t nul \0 bell \u{7} é ✓";
+        let out = lines(|| {
+            tracing::info!(
+                request_id = "r-1",
+                duration_ms = 12u64,
+                delta = -3i64,
+                ratio = 0.5f64,
+                nan = f64::NAN,
+                ok = true,
+                text = hostile,
+                metadata = format_args!("{{\"policies_executed\":2,\"instructions_count\":3}}"),
+                list = ?vec!["a", "b"],
+                level = "a field named like a reserved key",
+                "Request processed successfully"
+            );
+            tracing::warn!(metadata = "not { json", "second");
+        });
+        assert_eq!(out.len(), 2);
+        let l = &out[0];
+        assert_eq!(l["level"], "info");
+        assert_eq!(l["component"], "kernel");
+        assert!(l["timestamp"].as_str().is_some_and(|t| t.ends_with('Z')));
+        assert_eq!(l["message"], "Request processed successfully");
+        assert_eq!(l["request_id"], "r-1");
+        assert_eq!(l["duration_ms"], 12);
+        assert_eq!(l["delta"], -3);
+        assert_eq!(l["ratio"], 0.5);
+        assert_eq!(l["nan"], Value::Null);
+        assert_eq!(l["ok"], true);
+        assert_eq!(l["text"], hostile);
+        assert_eq!(l["metadata"]["policies_executed"], 2);
+        assert_eq!(l["metadata"]["instructions_count"], 3);
+        assert_eq!(l["list"], serde_json::json!(["a", "b"]));
+        assert_eq!(l["field_level"], "a field named like a reserved key");
+        assert_eq!(out[1]["level"], "warning");
+        assert_eq!(out[1]["metadata"], "not { json");
+    }
+
+    #[test]
+    fn strings_escape_to_what_serde_json_reads_back() {
+        for s in ["", "plain", "\"", "\\", "\u{1f}", "a\u{0}b", "\u{2028}", "🙂 ok"] {
+            let mut out = String::new();
+            write_json_str(&mut out, s).unwrap();
+            assert_eq!(serde_json::from_str::<String>(&out).unwrap(), s, "{out}");
+        }
     }
 }

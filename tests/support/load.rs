@@ -521,6 +521,9 @@ pub enum Cause {
     EnvoyTimeout,
     /// Envoy's 413: body above the buffer limit.
     PayloadTooLarge,
+    /// The kernel's `payload_too_large_response` (413): a declared body above
+    /// `server.max_request_body_bytes` on a route whose policies need it.
+    BodyTooLarge,
     /// Envoy's 431: headers above its limits.
     HeadersTooLarge,
     /// No HTTP answer at all (connection error or client timeout).
@@ -541,6 +544,7 @@ impl Cause {
             Cause::EnvoyExtProcError => "envoy_ext_proc_error",
             Cause::EnvoyTimeout => "envoy_504",
             Cause::PayloadTooLarge => "envoy_413",
+            Cause::BodyTooLarge => "payload_too_large_413",
             Cause::HeadersTooLarge => "envoy_431",
             Cause::NoAnswer => "no_answer",
             Cause::Unknown => "UNKNOWN",
@@ -568,6 +572,7 @@ pub fn classify(status: u16, headers: &reqwest::header::HeaderMap, body: &str) -
         500 if body.contains("POLICY_NOT_SUPPORTED") => Cause::NotSupported,
         500 if !body.contains("\"code\"") => Cause::EnvoyExtProcError,
         504 => Cause::EnvoyTimeout,
+        413 if body.contains("PAYLOAD_TOO_LARGE") => Cause::BodyTooLarge,
         413 => Cause::PayloadTooLarge,
         431 => Cause::HeadersTooLarge,
         _ => Cause::Unknown,

@@ -8,6 +8,10 @@ use policy_agents::cli::{init_tracing, ServeArgs};
 use policy_agents::reference::auth::{ApiKeyAuth, ApiKeyStore, JwtValidation, RoleCheck};
 use policy_agents::Agent;
 
+// mimalloc: cheaper than glibc malloc for many small, short-lived gRPC buffers.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Flags of `auth-agent`.
 #[derive(Parser)]
 #[command(

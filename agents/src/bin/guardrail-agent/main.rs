@@ -13,6 +13,10 @@ use policy_agents::reference::guardrail::{
 };
 use policy_agents::Agent;
 
+// mimalloc: cheaper than glibc malloc for many small, short-lived gRPC buffers.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Flags of `guardrail-agent`.
 #[derive(Parser)]
 #[command(

@@ -8,6 +8,10 @@ use policy_agents::cli::{init_tracing, ServeArgs};
 use policy_agents::reference::ratelimit::{Backend, RateLimit, TokenBasedRateLimit};
 use policy_agents::Agent;
 
+// mimalloc: cheaper than glibc malloc for many small, short-lived gRPC buffers.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Flags of `ratelimit-agent`.
 #[derive(Parser)]
 #[command(version, about = "Policy agent for rate limits: rateLimit, tokenBasedRateLimit")]
