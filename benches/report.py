@@ -293,7 +293,7 @@ def cmd_table(a):
         sep += "---:|---:|---:|---:|---:|"
         o.append(head)
         o.append(sep)
-        for s, base in [("E0", "E0"), ("E0B", "E0B"), ("EK0", "E0"), ("EK1", "E0"), ("EK3", "E0"), ("EKB", "E0B")]:
+        for s, base in [("E0", "E0"), ("E0B", "E0B"), ("EF", "E0"), ("EK0", "E0"), ("EK1", "E0"), ("EK3", "E0"), ("EKB", "E0B")]:
             mx = R.get(s + "@max")
             if not mx:
                 continue
@@ -333,7 +333,7 @@ def cmd_table(a):
         keys = ["streams_started", "stream_msgs_sent", "stream_msgs_received", "streams_failed", "message_timeouts",
                 "failure_mode_allowed", "spurious_msgs_received", "rejected_header_mutations",
                 "immediate_responses_sent"]
-        ek = [s for s in ["EK0", "EK1", "EK3", "EKB"] if R.get(s + "@max")]
+        ek = [s for s in ["EF", "EK0", "EK1", "EK3", "EKB"] if R.get(s + "@max")]
         if ek:
             o.append("")
             o.append("Envoy's ext_proc counters (admin `/stats`, `http.ingress.ext_proc.*`), summed over each "
@@ -346,7 +346,9 @@ def cmd_table(a):
                 o.append("| %s | %s |" % (s, " | ".join(str(sum(v.get("ext_proc", {}).get(k, 0) for v in runs))
                                                       for k in keys)))
         o.append("")
-        o.append("E0B is E0 with the 16 KiB JSON POST body of KB (the baseline of KB). *(sat.)*: the run did not "
+        o.append("EF is Envoy with ext_proc to pk-floor (CONTINUE to everything; its CPU under \"kernel\"): the "
+                 "ext_proc floor through Envoy, measured at its maximum and at 1,000 req/s. "
+                 "E0B is E0 with the 16 KiB JSON POST body of KB (the baseline of KB). *(sat.)*: the run did not "
                  "keep its rate (achieved < 95%) or had failed requests: its latency is queueing, not service "
                  "time. ext_proc errors = Envoy's `streams_failed + message_timeouts + failure_mode_allowed + "
                  "spurious_msgs_received + rejected_header_mutations + immediate_responses_sent`, summed over the "

@@ -16,7 +16,8 @@
 #   3. end to end through a real Envoy 1.40 (--concurrency 1), maximum
 #      throughput with h2load, fixed rates with pk-http (paced open loop):
 #      E0 (Envoy without ext_proc), E0B (the same with a 16 KiB POST body),
-#      then K0, K1, K3, KB through the ext_proc filter; maximum throughput
+#      EF (ext_proc to pk-floor: the floor through Envoy), then K0, K1, K3,
+#      KB through the ext_proc filter; maximum throughput
 #      (closed loop), then fixed rates: 50% of the scenario's own maximum,
 #      1,000 req/s, and 25% and 50% of E0's maximum.
 # It prints a table and appends a dated section to benches/RESULTS.md.
@@ -393,6 +394,20 @@ if [ "$ENVOY_E2E" = 1 ] && [ -z "$ENVOY_NOTE" ]; then
   for r in $RATES; do h2load_run "E0@$r" "$r" /k1/users; done
   h2load_run "E0B@max" 0 /kb/upload "$RUN/body.json"
   for r in $RATES; do h2load_run "E0B@$r" "$r" /kb/upload "$RUN/body.json"; done
+  stop_all
+
+  # EF: the ext_proc floor through Envoy, pk-floor (CONTINUE to everything)
+  # on the kernel's socket: what two ext_proc messages cost before any
+  # kernel or agent work. Its CPU column is reported under "kernel".
+  log "EF: Envoy with ext_proc to pk-floor"
+  rm -f "$RUN/kernel.sock"
+  start floor "$SUT_CPU" "$BIN/pk-floor" --socket "$RUN/kernel.sock"
+  FLOOR_PID=$LAST_PID
+  wait_for 20 test -S "$RUN/kernel.sock"
+  start_envoy with
+  SUT_PIDS="$ENVOY_PID $FLOOR_PID" SUT_NAMES="envoy kernel"
+  h2load_run "EF@max" 0 /k1/users
+  h2load_run "EF@1000" 1000 /k1/users
   stop_all
 
   log "kernel scenarios through Envoy (Envoy, kernel and agents on core $SUT_CPU)"
