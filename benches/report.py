@@ -353,7 +353,8 @@ def cmd_table(a):
                  "time. ext_proc errors = Envoy's `streams_failed + message_timeouts + failure_mode_allowed + "
                  "spurious_msgs_received + rejected_header_mutations + immediate_responses_sent`, summed over the "
                  "scenario's runs (immediate responses are the kernel shedding load or denying). msgs sent/stream "
-                 "= `stream_msgs_sent / streams_started` at max: 2 = headers only, 3 = the request body was "
+                 "= `stream_msgs_sent / streams_started` at max: 1 = request headers only (the kernel skipped the "
+                 "response headers: no response policies), 2 = both headers, 3 = the request body was "
                  "buffered and sent.")
 
     o.append("")

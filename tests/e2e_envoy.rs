@@ -29,7 +29,15 @@ impl Stack {
         let entries: String = agents
             .iter()
             .zip(&started)
-            .map(|((n, _, extra), a)| agent_entry(n, a, extra))
+            .map(|((n, _, extra), a)| {
+                let entry = agent_entry(n, a, extra);
+                // Extra lines may set their own health-check interval.
+                if extra.contains("health_check_interval_ms") {
+                    entry.replacen("      health_check_interval_ms: 100\n", "", 1)
+                } else {
+                    entry
+                }
+            })
             .collect();
         let kernel = KernelProc::start(&dir, &format!("  agents:\n{entries}  route_policies:\n{routes}"));
         let upstream = Upstream::start().await;
@@ -425,7 +433,9 @@ async fn killed_agent_gives_503_then_recovers() {
 async fn circuit_breaker_opens_sheds_and_closes_after_a_probe() {
     let slow = "policies:\n  - name: guard\n    delay_ms: 1000\n    request:\n      - set_header: {name: x-guard, value: slow}\n";
     let routes = "    - route_name: flaky\n      request_policy_chain: [{policy: guard}]\n";
-    let extra = "      timeout_ms: 100\n      circuit_breaker: {failure_threshold: 3, cooldown_ms: 1500}\n";
+    // A passing health check ends an open circuit's cool-down (the next call
+    // is the probe), so health checks here are slower than the test's steps.
+    let extra = "      timeout_ms: 100\n      health_check_interval_ms: 2000\n      circuit_breaker: {failure_threshold: 3, cooldown_ms: 1500}\n";
     let mut s = Stack::start(&[("breaker", slow, extra)], routes).await;
     let starts = |s: &Stack| s.agents[0].events().iter().filter(|e| e.starts_with("start")).count();
 

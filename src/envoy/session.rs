@@ -102,6 +102,14 @@ fn header<'a>(h: &'a HttpHeaders, name: &str) -> Option<&'a [u8]> {
     })
 }
 
+/// CONTINUE for a stream the kernel has nothing more to do with: no bodies,
+/// and no response headers message.
+fn no_response_phase() -> ProcessingResponse {
+    let mut resp = translate::respond(Answer::RequestHeaders, None);
+    resp.mode_override = Some(translate::mode_override(false, false, false));
+    resp
+}
+
 fn client_ip(addr: &str) -> String {
     addr.parse::<std::net::SocketAddr>()
         .map(|s| s.ip().to_string())
@@ -239,7 +247,7 @@ impl Session {
                 action = "CONTINUE",
                 "Route not found - allowing request through"
             );
-            return translate::respond(Answer::RequestHeaders, None);
+            return no_response_phase();
         };
         let end_of_stream = h.end_of_stream;
         let declared_len = header(&h, "content-length")
@@ -272,7 +280,7 @@ impl Session {
         };
         if request_plan.is_empty() && response_plan.is_empty() {
             route.metrics.no_call[NoCall::Passthrough as usize].inc();
-            return translate::respond(Answer::RequestHeaders, None);
+            return no_response_phase();
         }
         let want_request_body = route.request.needs_body && !request_plan.is_empty();
         let response_body = route.response.needs_body && !response_plan.is_empty();
@@ -288,7 +296,7 @@ impl Session {
                 return translate::immediate(imm);
             }
         }
-        let mode = (buffer_request || response_body).then(|| translate::mode_override(buffer_request, response_body));
+        let mode = translate::mode_override(buffer_request, response_body, !response_plan.is_empty());
         let mut active = Box::new(Active {
             started: std::time::Instant::now(),
             report: Report::default(),
@@ -311,8 +319,8 @@ impl Session {
             }
             active.run_request(&request_plan, Answer::RequestHeaders).await
         };
-        resp.mode_override = mode;
         if !translate::is_immediate(&resp) {
+            resp.mode_override = Some(mode);
             self.state = State::Active(active);
         }
         resp

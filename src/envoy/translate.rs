@@ -236,20 +236,34 @@ fn details(reason: &str) -> String {
     format!("policy_kernel_{}", if cleaned.is_empty() { "denied" } else { &cleaned })
 }
 
-/// The processing mode that turns on buffered bodies for the phases that
-/// need them. Both body modes are always set: an omitted one means NONE.
-pub fn mode_override(request_body: bool, response_body: bool) -> ProcessingMode {
-    let mode = |on: bool| {
+/// The processing mode for the rest of one stream, sent with the answer to
+/// `request_headers`: buffered bodies only for the phases whose policies need
+/// them, and response headers only when a response chain will run. Every
+/// mode is set: an omitted body mode means NONE, and an omitted header mode
+/// would mean Envoy's default (SEND). With `response_header_mode: SKIP` in the
+/// Envoy filter (as `deploy/envoy.yaml`), a route without response policies
+/// costs one ext_proc message instead of two; with SEND there, this turns the
+/// response headers off for those streams.
+pub fn mode_override(request_body: bool, response_body: bool, response_headers: bool) -> ProcessingMode {
+    use processing_mode::{BodySendMode, HeaderSendMode};
+    let body = |on: bool| {
         if on {
-            processing_mode::BodySendMode::Buffered as i32
+            BodySendMode::Buffered as i32
         } else {
-            processing_mode::BodySendMode::None as i32
+            BodySendMode::None as i32
         }
     };
     ProcessingMode {
-        request_body_mode: mode(request_body),
-        response_body_mode: mode(response_body),
-        ..Default::default()
+        request_header_mode: HeaderSendMode::Send as i32,
+        response_header_mode: if response_headers || response_body {
+            HeaderSendMode::Send as i32
+        } else {
+            HeaderSendMode::Skip as i32
+        },
+        request_body_mode: body(request_body),
+        response_body_mode: body(response_body),
+        request_trailer_mode: HeaderSendMode::Skip as i32,
+        response_trailer_mode: HeaderSendMode::Skip as i32,
     }
 }
 

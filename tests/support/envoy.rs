@@ -83,7 +83,7 @@ static_resources:
               request_attributes: ["xds.route_name", "source.address"]
               processing_mode:
                 request_header_mode: SEND
-                response_header_mode: SEND
+                response_header_mode: SKIP
                 request_body_mode: NONE
                 response_body_mode: NONE
                 request_trailer_mode: SKIP

@@ -92,7 +92,7 @@ fn envoy_config(port: u16, admin: u16, kernel_socket: &Path, upstream: u16, o: &
         .map(|r| {
             let mut s = format!("              - name: {r}\n                match: {{prefix: \"/{r}\"}}\n                route: {{cluster: upstream, timeout: 30s}}\n");
             if o.buffered_routes.contains(r) {
-                s.push_str("                typed_per_filter_config:\n                  envoy.filters.http.ext_proc:\n                    \"@type\": type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExtProcPerRoute\n                    overrides:\n                      processing_mode: {request_header_mode: SEND, response_header_mode: SEND, request_body_mode: BUFFERED, response_body_mode: NONE, request_trailer_mode: SKIP, response_trailer_mode: SKIP}\n");
+                s.push_str("                typed_per_filter_config:\n                  envoy.filters.http.ext_proc:\n                    \"@type\": type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExtProcPerRoute\n                    overrides:\n                      processing_mode: {request_header_mode: SEND, response_header_mode: SKIP, request_body_mode: BUFFERED, response_body_mode: NONE, request_trailer_mode: SKIP, response_trailer_mode: SKIP}\n");
             }
             s
         })
@@ -139,7 +139,7 @@ static_resources:
               request_attributes: ["xds.route_name", "source.address"]
               processing_mode:
                 request_header_mode: SEND
-                response_header_mode: SEND
+                response_header_mode: SKIP
                 request_body_mode: NONE
                 response_body_mode: NONE
                 request_trailer_mode: SKIP

@@ -35,7 +35,7 @@ impl Bodies {
 /// What one stream saw besides CONTINUE.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Observed {
-    /// Some answer carried a `mode_override`.
+    /// Some answer's `mode_override` asked for a body.
     pub mode_override: bool,
     /// The request body was asked for and sent.
     pub request_body_sent: bool,
@@ -123,7 +123,7 @@ pub async fn run_stream(
         .into_inner();
     let mut s = Open { tx, rx };
     let note = |seen: &mut Observed, g: &msgs::Good| {
-        seen.mode_override |= g.mode_override.is_some();
+        seen.mode_override |= g.buffers_a_body();
         seen.mutated |= g.mutated;
     };
 
@@ -138,12 +138,15 @@ pub async fn run_stream(
         seen.request_body_sent = true;
         seen.messages += 1;
     }
-    let g = s
-        .exchange(msgs::response_headers(shape), Phase::ResponseHeaders)
-        .await?;
-    seen.messages += 1;
-    note(&mut seen, &g);
-    response_body |= g.buffers_response_body();
+    // As Envoy: no response headers message when the override skipped it.
+    if !first.skips_response_headers() || response_body {
+        let g = s
+            .exchange(msgs::response_headers(shape), Phase::ResponseHeaders)
+            .await?;
+        seen.messages += 1;
+        note(&mut seen, &g);
+        response_body |= g.buffers_response_body();
+    }
     if response_body {
         let g = s
             .exchange(msgs::response_body(bodies.response.clone()), Phase::ResponseBody)

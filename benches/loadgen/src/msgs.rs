@@ -1,5 +1,7 @@
 //! ext_proc messages as Envoy 1.40 sends them to a processor configured with
-//! `request_attributes: ["xds.route_name"]`, SEND for both header phases and
+//! `request_attributes: ["xds.route_name"]`, request headers SEND, response
+//! headers SKIP unless an answer's `mode_override` turns them on (a processor
+//! that never overrides, like the floor, gets them: Envoy's default is SEND),
 //! NONE for both bodies (`allow_mode_override: true`): header values in
 //! `raw_value`, the route name in
 //! `attributes["envoy.filters.http.ext_proc"]["xds.route_name"]` on the first
@@ -7,7 +9,7 @@
 //! only when an answer switched the body mode to BUFFERED.
 
 use envoy_types::pb::envoy::config::core::v3::{HeaderMap, HeaderValue};
-use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
+use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::{BodySendMode, HeaderSendMode};
 use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::ProcessingMode;
 use envoy_types::pb::envoy::service::ext_proc::v3::{
     common_response::ResponseStatus, processing_request::Request, processing_response::Response, HttpBody, HttpHeaders,
@@ -76,6 +78,19 @@ impl Good {
         self.mode_override
             .as_ref()
             .is_some_and(|m| m.response_body_mode == BodySendMode::Buffered as i32)
+    }
+
+    /// True when the override turns the response headers message off
+    /// (without an override, Envoy sends it).
+    pub fn skips_response_headers(&self) -> bool {
+        self.mode_override
+            .as_ref()
+            .is_some_and(|m| m.response_header_mode == HeaderSendMode::Skip as i32)
+    }
+
+    /// True when the override makes Envoy buffer a body.
+    pub fn buffers_a_body(&self) -> bool {
+        self.buffers_request_body() || self.buffers_response_body()
     }
 }
 

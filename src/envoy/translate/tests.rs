@@ -99,11 +99,20 @@ fn immediate_carries_status_headers_body_and_details() {
 }
 
 #[test]
-fn mode_override_always_sets_both_body_modes() {
-    use processing_mode::BodySendMode;
-    let m = mode_override(true, false);
+fn mode_override_sets_every_mode() {
+    use processing_mode::{BodySendMode, HeaderSendMode};
+    let m = mode_override(true, false, false);
     assert_eq!(m.request_body_mode, BodySendMode::Buffered as i32);
     assert_eq!(m.response_body_mode, BodySendMode::None as i32);
+    assert_eq!(m.response_header_mode, HeaderSendMode::Skip as i32);
+    assert_eq!(m.response_trailer_mode, HeaderSendMode::Skip as i32);
+    let m = mode_override(false, false, true);
+    assert_eq!(m.response_header_mode, HeaderSendMode::Send as i32);
+    assert_eq!(m.request_body_mode, BodySendMode::None as i32);
+    // A response body policy needs the response headers message first.
+    let m = mode_override(false, true, false);
+    assert_eq!(m.response_header_mode, HeaderSendMode::Send as i32);
+    assert_eq!(m.response_body_mode, BodySendMode::Buffered as i32);
 }
 
 #[test]

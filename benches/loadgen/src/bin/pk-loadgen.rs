@@ -83,8 +83,8 @@ struct Cli {
     /// Exit 1 when a stream failed or none completed.
     #[arg(long)]
     fail_on_error: bool,
-    /// Exit 1 when any answer carried a `mode_override` (a header-only route
-    /// must never make Envoy buffer a body).
+    /// Exit 1 when any answer's `mode_override` asked for a body (a
+    /// header-only route must never make Envoy buffer one).
     #[arg(long)]
     forbid_mode_override: bool,
     /// Also append the JSON line to this file.
