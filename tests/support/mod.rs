@@ -192,6 +192,16 @@ impl KernelProc {
             assert!(Instant::now() < deadline, "kernel did not start:\n{}", k.log());
             std::thread::sleep(Duration::from_millis(20));
         }
+        // The ext_proc socket is bound before the admin endpoints: wait for
+        // those too, so that a test may read metrics at once.
+        while k.admin_get("/healthz").0 != 200 {
+            assert!(
+                Instant::now() < deadline,
+                "kernel admin endpoints did not start:\n{}",
+                k.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
         k
     }
 
