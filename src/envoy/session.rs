@@ -250,9 +250,6 @@ impl Session {
             return no_response_phase();
         };
         let end_of_stream = h.end_of_stream;
-        let declared_len = header(&h, "content-length")
-            .and_then(|v| std::str::from_utf8(v).ok())
-            .and_then(|v| v.trim().parse::<u64>().ok());
         let request = request_ctx(h, attrs);
         let rr = route.rr.fetch_add(1, Ordering::Relaxed);
         let planning = trace
@@ -287,6 +284,12 @@ impl Session {
         let buffer_request = want_request_body && !end_of_stream;
         if buffer_request {
             let limit = snap.config.server.max_request_body_bytes;
+            let declared_len = request
+                .headers
+                .iter()
+                .find(|(k, _)| k == "content-length")
+                .and_then(|(_, v)| std::str::from_utf8(v).ok())
+                .and_then(|v| v.trim().parse::<u64>().ok());
             if let Some(len) = declared_len.filter(|&len| len > limit) {
                 let imm = &snap.responses.too_large;
                 route.metrics.immediate(imm.status, &imm.reason);
