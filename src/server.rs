@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use tokio::net::{TcpListener, UnixListener};
-use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
+use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::envoy::ExtProc;
 use crate::kernel::Kernel;
@@ -129,7 +129,7 @@ pub async fn serve(
     let unix_path = config.server.socket_path.clone();
     let unix = listeners.unix.map(|l| {
         let mut rx = tx.subscribe();
-        router().serve_with_incoming_shutdown(UnixListenerStream::new(l), async move {
+        router().serve_with_incoming_shutdown(policy_net::incoming(l), async move {
             let _ = rx.recv().await;
         })
     });

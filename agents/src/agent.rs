@@ -6,8 +6,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio_stream::wrappers::UnixListenerStream;
-
 use crate::policy::{DynPolicy, Policy};
 use crate::proto::policy_agent_server::PolicyAgentServer;
 use crate::registry::Registry;
@@ -168,7 +166,7 @@ impl Agent {
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let server = tonic::transport::Server::builder()
             .add_service(self.into_service())
-            .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async {
+            .serve_with_incoming_shutdown(policy_net::incoming(listener), async {
                 let _ = stop_rx.await;
             });
         tokio::pin!(server);

@@ -556,7 +556,7 @@ async fn main() -> anyhow::Result<()> {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tonic::transport::Server::builder()
         .add_service(PolicyAgentServer::new(agent))
-        .serve_with_incoming_shutdown(tokio_stream::wrappers::UnixListenerStream::new(listener), async move {
+        .serve_with_incoming_shutdown(policy_net::incoming(listener), async move {
             term.recv().await;
         })
         .await?;

@@ -17,7 +17,7 @@ use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_server::{
     ExternalProcessor, ExternalProcessorServer,
 };
 use envoy_types::pb::envoy::service::ext_proc::v3::{ProcessingRequest, ProcessingResponse};
-use futures::Stream;
+use futures::{FutureExt, Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::kernel::Kernel;
@@ -64,18 +64,29 @@ impl ExternalProcessor for ExtProc {
             .filter(|v| !v.is_empty())
             .map(String::from);
         let permit = self.kernel.try_stream();
-        let session = Session::new(Arc::clone(&self.kernel), hint, permit);
-        let inbound = request.into_inner();
-        let stream = futures::stream::unfold((inbound, session), |(mut inbound, mut session)| async move {
+        let mut session = Session::new(Arc::clone(&self.kernel), hint, permit);
+        let mut inbound = request.into_inner();
+        // When the first message came with the stream's headers (Envoy sends
+        // them together), it is answered before the response is returned, so
+        // that the response headers leave in the same write as the first
+        // answer and Envoy wakes once for both. A client that waits for the
+        // response headers before sending gets them at once.
+        let first = match inbound.message().now_or_never() {
+            Some(Ok(Some(msg))) => Some(Ok(session.handle(msg).await)),
+            // End of stream or reset by Envoy: a normal end.
+            Some(Ok(None) | Err(_)) => return Ok(Response::new(Box::pin(futures::stream::empty()))),
+            None => None,
+        };
+        let rest = futures::stream::unfold((inbound, session), |(mut inbound, mut session)| async move {
             match inbound.message().await {
                 Ok(Some(msg)) => {
                     let resp = session.handle(msg).await;
                     Some((Ok(resp), (inbound, session)))
                 }
-                // End of stream or reset by Envoy: a normal end.
                 Ok(None) | Err(_) => None,
             }
         });
+        let stream = futures::stream::iter(first).chain(rest);
         Ok(Response::new(Box::pin(stream)))
     }
 }

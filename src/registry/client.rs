@@ -1,26 +1,31 @@
 //! A gRPC client to one agent over its Unix socket: one multiplexed HTTP/2
 //! connection, made on first use and made again after it closes.
 //!
-//! The transport is hyper's HTTP/2 client connection, driven directly rather
-//! than through a pooling client or tonic's `Channel`: a call costs one
-//! lock-free load of the connection handle, and hyper hands back a request
-//! that never left the kernel. So the kernel tells apart a call that provably
-//! did not reach the agent (no connection could be made, or the connection
-//! closed before the request was written) from one that may have: only the
-//! former may be retried, so that, for example, a rate-limit policy never
-//! counts one request twice.
+//! The transport is the h2 crate's client connection, driven directly rather
+//! than through hyper or tonic's `Channel`. A call costs one lock-free load of
+//! the connection handle, and its headers and its (single, already encoded)
+//! message are queued together, so they leave in one write and the agent
+//! wakes once per call. The kernel tells apart a call that provably did not
+//! reach the agent's policies (no connection could be made, the connection
+//! was gone before the request was handed to it, or the agent refused the
+//! stream unprocessed) from one that may have: only the former may be
+//! retried, so that, for example, a rate-limit policy never counts one
+//! request twice. The socket asks epoll for readability only
+//! ([`policy_net::UnixConn`]). There are no keep-alive pings: a Unix socket
+//! whose agent died reads end-of-file at once.
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll};
-use std::time::Duration;
+use std::task::{ready, Context, Poll};
 
 use arc_swap::ArcSwapOption;
-use hyper::client::conn::http2::{self, SendRequest};
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use tokio::net::UnixStream;
+use bytes::Bytes;
+use h2::client::SendRequest;
+use http_body::Frame;
+use http_body_util::BodyExt;
 use tonic::body::Body;
 
 use crate::proto::policy_agent_client::PolicyAgentClient;
@@ -33,19 +38,24 @@ pub enum TransportError {
     Connect(#[source] std::io::Error),
     /// The HTTP/2 handshake failed: the request was never sent.
     #[error("cannot open an HTTP/2 connection to the agent: {0}")]
-    Handshake(#[source] hyper::Error),
-    /// The connection closed before the request was written: never sent.
+    Handshake(#[source] h2::Error),
+    /// The connection was closed before the request was handed to it, or
+    /// the agent refused the stream unprocessed (REFUSED_STREAM, or a stream
+    /// beyond its GOAWAY): never processed.
     #[error("agent connection closed before the request was sent: {0}")]
-    Closed(#[source] hyper::Error),
+    Closed(#[source] h2::Error),
+    /// The call could not be encoded: nothing was sent.
+    #[error("cannot encode the call: {0}")]
+    Encode(#[source] tonic::Status),
     /// The request may have been sent; the outcome is unknown.
     #[error("agent transport failed: {0}")]
-    Failed(#[source] hyper::Error),
+    Failed(#[source] h2::Error),
 }
 
 impl TransportError {
-    /// True when the request provably never left the kernel.
+    /// True when the request provably never reached the agent's policies.
     pub fn not_sent(&self) -> bool {
-        !matches!(self, TransportError::Failed(_))
+        !matches!(self, TransportError::Failed(_) | TransportError::Encode(_))
     }
 
     /// True when `status` was caused by a request that never left the kernel.
@@ -59,72 +69,177 @@ impl TransportError {
         }
         false
     }
+
+    /// An error of a stream that was handed to the connection: "not sent"
+    /// only when the agent said it did not process it.
+    fn after_send(e: h2::Error) -> Self {
+        let refused = e.reason() == Some(h2::Reason::REFUSED_STREAM) || (e.is_go_away() && e.is_remote());
+        if refused {
+            TransportError::Closed(e)
+        } else {
+            TransportError::Failed(e)
+        }
+    }
+}
+
+/// An open connection: its request handle, and whether it has ended.
+#[derive(Debug)]
+struct Open {
+    sender: SendRequest<Bytes>,
+    closed: Arc<AtomicBool>,
 }
 
 /// The agent's connection, shared by every clone of its client.
 #[derive(Debug)]
 struct Connection {
     path: PathBuf,
-    /// The open connection's request handle; `None` until the first call.
-    sender: ArcSwapOption<SendRequest<Body>>,
+    /// The open connection; `None` until the first call.
+    open: ArcSwapOption<Open>,
     /// Held while connecting, so that concurrent calls make one connection.
     connecting: tokio::sync::Mutex<()>,
 }
 
+/// HTTP/2 flow-control windows: room for a large (up to 16 MiB) reply
+/// without waiting for window updates on every frame.
+const STREAM_WINDOW: u32 = 2 * 1024 * 1024;
+const CONNECTION_WINDOW: u32 = 5 * 1024 * 1024;
+
 impl Connection {
-    /// A handle on the open connection, if there is one.
-    fn open(&self) -> Option<SendRequest<Body>> {
-        let current = self.sender.load();
-        current.as_deref().filter(|s| !s.is_closed()).cloned()
+    /// The open connection, if there is one.
+    fn current(&self) -> Option<Arc<Open>> {
+        self.open.load_full().filter(|o| !o.closed.load(Ordering::Acquire))
     }
 
     /// The open connection, or a new one. The flag is true for a new one.
-    async fn get(&self) -> Result<(SendRequest<Body>, bool), TransportError> {
-        if let Some(s) = self.open() {
-            return Ok((s, false));
+    async fn get(&self) -> Result<(Arc<Open>, bool), TransportError> {
+        if let Some(o) = self.current() {
+            return Ok((o, false));
         }
         let _one_at_a_time = self.connecting.lock().await;
-        if let Some(s) = self.open() {
-            return Ok((s, false));
+        if let Some(o) = self.current() {
+            return Ok((o, false));
         }
-        let io = UnixStream::connect(&self.path).await.map_err(TransportError::Connect)?;
-        let (sender, connection) = http2::Builder::new(TokioExecutor::new())
-            .timer(TokioTimer::new())
-            .keep_alive_interval(Duration::from_secs(30))
-            .handshake(TokioIo::new(io))
+        let io = policy_net::UnixConn::connect(&self.path)
+            .await
+            .map_err(TransportError::Connect)?;
+        let (sender, connection) = h2::client::Builder::new()
+            .initial_window_size(STREAM_WINDOW)
+            .initial_connection_window_size(CONNECTION_WINDOW)
+            .handshake(io)
             .await
             .map_err(TransportError::Handshake)?;
+        let closed = Arc::new(AtomicBool::new(false));
         let path = self.path.clone();
+        let ended = Arc::clone(&closed);
         tokio::spawn(async move {
             if let Err(e) = connection.await {
                 tracing::debug!(socket = %path.display(), error = %e, "agent connection closed");
             }
+            ended.store(true, Ordering::Release);
         });
-        self.sender.store(Some(Arc::new(sender.clone())));
-        Ok((sender, true))
+        let open = Arc::new(Open { sender, closed });
+        self.open.store(Some(Arc::clone(&open)));
+        Ok((open, true))
     }
 
-    async fn send(&self, req: http::Request<Body>) -> Result<http::Response<hyper::body::Incoming>, TransportError> {
-        let (mut sender, fresh) = self.get().await?;
-        match sender.try_send_request(req).await {
-            Ok(response) => Ok(response),
-            Err(mut e) => match e.take_message() {
-                // A kept connection that closed under us (the agent
-                // restarted): the request was not sent; one new connection.
-                Some(req) if !fresh => {
-                    let (mut sender, _) = self.get().await?;
-                    sender
-                        .try_send_request(req)
-                        .await
-                        .map_err(|mut e| match e.take_message() {
-                            Some(_) => TransportError::Closed(e.into_error()),
-                            None => TransportError::Failed(e.into_error()),
-                        })
-                }
-                Some(_) => Err(TransportError::Closed(e.into_error())),
-                None => Err(TransportError::Failed(e.into_error())),
+    /// Hands the request to the connection. On `Err` it was not taken; the
+    /// request comes back when the connection was found closed before it.
+    async fn start(
+        sender: SendRequest<Bytes>,
+        request: http::Request<()>,
+        message: Bytes,
+    ) -> Result<h2::client::ResponseFuture, (h2::Error, Option<http::Request<()>>)> {
+        let mut sender = match sender.ready().await {
+            Ok(sender) => sender,
+            Err(e) => return Err((e, Some(request))),
+        };
+        let (response, mut body) = sender.send_request(request, false).map_err(|e| (e, None))?;
+        // Queued with the headers before the connection task runs, so both
+        // leave in one write.
+        body.send_data(message, true).map_err(|e| (e, None))?;
+        Ok(response)
+    }
+
+    async fn send(&self, req: http::Request<Body>) -> Result<http::Response<ReplyBody>, TransportError> {
+        let (head, body) = req.into_parts();
+        // A unary call's body is its one encoded message, ready at once.
+        let message = body.collect().await.map_err(TransportError::Encode)?.to_bytes();
+        let request = http::Request::from_parts(head, ());
+        let (open, fresh) = self.get().await?;
+        let response = match Self::start(open.sender.clone(), request, message.clone()).await {
+            Ok(response) => response,
+            // A kept connection that closed under us (the agent restarted):
+            // the request was not taken; one new connection.
+            Err((_, Some(request))) if !fresh => {
+                open.closed.store(true, Ordering::Release);
+                let (open, _) = self.get().await?;
+                Self::start(open.sender.clone(), request, message)
+                    .await
+                    .map_err(|(e, _)| TransportError::Closed(e))?
+            }
+            Err((e, _)) => return Err(TransportError::Closed(e)),
+        };
+        let (parts, recv) = response.await.map_err(TransportError::after_send)?.into_parts();
+        Ok(http::Response::from_parts(
+            parts,
+            ReplyBody {
+                recv,
+                state: ReplyState::Data,
             },
+        ))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReplyState {
+    Data,
+    Trailers,
+    Done,
+}
+
+/// An agent's reply body: its DATA frames, then its trailers (the gRPC
+/// status). Received bytes are given back to flow control as they are read.
+#[derive(Debug)]
+pub struct ReplyBody {
+    recv: h2::RecvStream,
+    state: ReplyState,
+}
+
+impl http_body::Body for ReplyBody {
+    type Data = Bytes;
+    type Error = TransportError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, TransportError>>> {
+        if self.state == ReplyState::Data {
+            match ready!(self.recv.poll_data(cx)) {
+                Some(Ok(data)) => {
+                    let _ = self.recv.flow_control().release_capacity(data.len());
+                    return Poll::Ready(Some(Ok(Frame::data(data))));
+                }
+                Some(Err(e)) => {
+                    self.state = ReplyState::Done;
+                    return Poll::Ready(Some(Err(TransportError::Failed(e))));
+                }
+                None => self.state = ReplyState::Trailers,
+            }
         }
+        if self.state == ReplyState::Trailers {
+            let trailers = ready!(self.recv.poll_trailers(cx));
+            self.state = ReplyState::Done;
+            return Poll::Ready(match trailers {
+                Ok(Some(t)) => Some(Ok(Frame::trailers(t))),
+                Ok(None) => None,
+                Err(e) => Some(Err(TransportError::Failed(e))),
+            });
+        }
+        Poll::Ready(None)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.state == ReplyState::Done
     }
 }
 
@@ -135,7 +250,7 @@ pub struct UnixHttp {
 }
 
 impl tower::Service<http::Request<Body>> for UnixHttp {
-    type Response = http::Response<hyper::body::Incoming>;
+    type Response = http::Response<ReplyBody>;
     type Error = TransportError;
     type Future = Pin<Box<dyn Future<Output = Result<Self::Response, TransportError>> + Send>>;
 
@@ -157,7 +272,7 @@ pub fn connect_lazy(path: &Path) -> AgentClient {
     let http = UnixHttp {
         connection: Arc::new(Connection {
             path: path.to_path_buf(),
-            sender: ArcSwapOption::empty(),
+            open: ArcSwapOption::empty(),
             connecting: tokio::sync::Mutex::new(()),
         }),
     };

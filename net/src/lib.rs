@@ -1,0 +1,215 @@
+//! Unix-socket streams that wake their task only for reads.
+//!
+//! Tokio registers every socket with epoll for readability and writability
+//! (edge-triggered). On a Unix stream socket the kernel signals writability
+//! to the writer each time the peer *reads*: so a process that writes a
+//! request is woken as soon as its peer takes the request in, although it has
+//! nothing left to write. Between the kernel, its agents and Envoy, which
+//! share cores, every such wake-up is a context switch on the request path,
+//! twice per call.
+//!
+//! [`UnixConn`] registers the socket for readability only. Writes are tried
+//! directly; only a write that would block registers a second descriptor of
+//! the same socket for writability, for as long as the write waits (a full
+//! socket buffer: a large body, or a stalled peer).
+
+use std::io::{self, IoSlice, Read, Write};
+use std::net::Shutdown;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::UnixStream as StdUnixStream;
+use std::path::Path;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use futures::{Stream, StreamExt};
+use tokio::io::unix::AsyncFd;
+use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
+use tokio::net::UnixListener;
+
+/// A connected Unix stream socket, registered for readability only.
+#[derive(Debug)]
+pub struct UnixConn {
+    read: AsyncFd<StdUnixStream>,
+    /// A duplicate of the socket's descriptor registered for writability,
+    /// present only while a write waits for room.
+    write: Option<AsyncFd<OwnedFd>>,
+}
+
+impl UnixConn {
+    /// Wraps a connected std socket (made non-blocking here).
+    pub fn from_std(stream: StdUnixStream) -> io::Result<Self> {
+        stream.set_nonblocking(true)?;
+        // SAFETY: the stream owns its descriptor, which stays open and the
+        // same until the `AsyncFd` (which owns the stream) is dropped.
+        let read = unsafe { AsyncFd::register_with_interest(stream, Interest::READABLE)? };
+        Ok(Self { read, write: None })
+    }
+
+    /// Takes over a connected tokio socket.
+    pub fn from_tokio(stream: tokio::net::UnixStream) -> io::Result<Self> {
+        Self::from_std(stream.into_std()?)
+    }
+
+    /// Connects to the socket at `path`.
+    pub async fn connect(path: impl AsRef<Path>) -> io::Result<Self> {
+        Self::from_tokio(tokio::net::UnixStream::connect(path).await?)
+    }
+
+    fn poll_write_with(
+        &mut self,
+        cx: &mut Context<'_>,
+        mut write: impl FnMut(&StdUnixStream) -> io::Result<usize>,
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            match write(self.read.get_ref()) {
+                Ok(n) => {
+                    // Room again: stop asking for writability.
+                    self.write = None;
+                    return Poll::Ready(Ok(n));
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    let waiter = match &mut self.write {
+                        Some(w) => w,
+                        none => {
+                            let fd = self.read.get_ref().as_fd().try_clone_to_owned()?;
+                            // SAFETY: as in `from_std`: the `AsyncFd` owns `fd`.
+                            none.insert(unsafe { AsyncFd::register_with_interest(fd, Interest::WRITABLE)? })
+                        }
+                    };
+                    // Registration reports a socket that is already writable,
+                    // so no edge is missed between the failed write and here.
+                    let mut guard = ready!(waiter.poll_write_ready(cx))?;
+                    guard.clear_ready();
+                }
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+}
+
+impl AsyncRead for UnixConn {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        loop {
+            let mut guard = ready!(self.read.poll_read_ready(cx))?;
+            let unfilled = buf.initialize_unfilled();
+            let room = unfilled.len();
+            match guard.get_inner().read(unfilled) {
+                Ok(n) => {
+                    // A short read emptied the socket (edge-triggered: the
+                    // next arrival is a new event), so the next poll waits
+                    // without another read(2) that would only say EAGAIN.
+                    if n > 0 && n < room {
+                        guard.clear_ready();
+                    }
+                    buf.advance(n);
+                    return Poll::Ready(Ok(()));
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => guard.clear_ready(),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+}
+
+impl AsyncWrite for UnixConn {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        self.get_mut().poll_write_with(cx, |mut s| s.write(data))
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        self.get_mut().poll_write_with(cx, |mut s| s.write_vectored(bufs))
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.read.get_ref().shutdown(Shutdown::Write) {
+            Err(e) if e.kind() != io::ErrorKind::NotConnected => Poll::Ready(Err(e)),
+            _ => Poll::Ready(Ok(())),
+        }
+    }
+}
+
+impl tonic::transport::server::Connected for UnixConn {
+    type ConnectInfo = ();
+
+    fn connect_info(&self) -> Self::ConnectInfo {}
+}
+
+/// The connections accepted on `listener`, as [`UnixConn`]s, for tonic's
+/// `serve_with_incoming`.
+pub fn incoming(listener: UnixListener) -> impl Stream<Item = io::Result<UnixConn>> + Send + 'static {
+    tokio_stream::wrappers::UnixListenerStream::new(listener).map(|accepted| accepted.and_then(UnixConn::from_tokio))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    fn pair() -> (UnixConn, UnixConn) {
+        let (a, b) = StdUnixStream::pair().expect("socketpair");
+        (UnixConn::from_std(a).expect("a"), UnixConn::from_std(b).expect("b"))
+    }
+
+    #[tokio::test]
+    async fn bytes_go_both_ways_and_shutdown_reads_as_end_of_file() {
+        let (mut a, mut b) = pair();
+        a.write_all(b"ping").await.unwrap();
+        let mut buf = [0u8; 4];
+        b.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"ping");
+        b.write_all(b"pong").await.unwrap();
+        a.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"pong");
+        a.shutdown().await.unwrap();
+        assert_eq!(b.read(&mut buf).await.unwrap(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_write_larger_than_the_socket_buffer_waits_for_room_and_completes() {
+        let (mut a, mut b) = pair();
+        // Far over a Unix socket's buffer: the writer must hit EWOULDBLOCK
+        // and wait for writability several times.
+        let sent: Vec<u8> = (0..8 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect();
+        let expected = sent.clone();
+        let writer = tokio::spawn(async move {
+            a.write_all(&sent).await.unwrap();
+            assert!(
+                a.write.is_none(),
+                "writability is no longer asked for once the write is done"
+            );
+            a.shutdown().await.unwrap();
+            a
+        });
+        // Let the writer fill the buffer before anything is read.
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let mut got = Vec::new();
+        b.read_to_end(&mut got).await.unwrap();
+        writer.await.unwrap();
+        assert_eq!(got.len(), expected.len());
+        assert!(got == expected, "bytes arrive whole and in order");
+    }
+
+    #[tokio::test]
+    async fn a_closed_peer_is_a_write_error_and_end_of_file() {
+        let (mut a, b) = pair();
+        drop(b);
+        let mut buf = [0u8; 1];
+        assert_eq!(a.read(&mut buf).await.unwrap(), 0);
+        let err = a.write_all(b"x").await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::BrokenPipe);
+    }
+}
