@@ -1,6 +1,7 @@
-//! CPU time and memory of a process, from `/proc`: `utime + stime` of
-//! `/proc/PID/stat` (all threads, in clock ticks) and `VmHWM` / `VmRSS` of
-//! `/proc/PID/status`.
+//! CPU time, context switches and memory of a process, from `/proc`:
+//! `utime + stime` of `/proc/PID/stat` (all threads, in clock ticks), the
+//! context-switch counts of `/proc/PID/task/*/status`, and `VmHWM` / `VmRSS`
+//! of `/proc/PID/status`.
 
 use std::fs;
 
@@ -55,6 +56,30 @@ pub fn parse_status_kib(status: &str, field: &str) -> Option<u64> {
     })
 }
 
+/// `voluntary_ctxt_switches + nonvoluntary_ctxt_switches` from the text of
+/// a `/proc/.../status` file.
+pub fn parse_context_switches(status: &str) -> Option<u64> {
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':')?.trim().parse::<u64>().ok())
+    };
+    Some(field("voluntary_ctxt_switches")? + field("nonvoluntary_ctxt_switches")?)
+}
+
+/// Context switches so far of all the live threads of `pid`: how often the
+/// process went to sleep (a wake-up to come) or was preempted.
+pub fn context_switches(pid: &str) -> Option<u64> {
+    let tasks = fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut total = 0;
+    for task in tasks.flatten() {
+        if let Ok(status) = fs::read_to_string(task.path().join("status")) {
+            total += parse_context_switches(&status).unwrap_or(0);
+        }
+    }
+    Some(total)
+}
+
 /// `VmHWM` (peak resident set) of `pid`, in KiB.
 pub fn peak_rss_kib(pid: &str) -> Option<u64> {
     parse_status_kib(&fs::read_to_string(format!("/proc/{pid}/status")).ok()?, "VmHWM")
@@ -85,6 +110,13 @@ mod tests {
     }
 
     #[test]
+    fn parses_context_switches() {
+        let status = "Name:\tx\nvoluntary_ctxt_switches:\t120\nnonvoluntary_ctxt_switches:\t7\n";
+        assert_eq!(parse_context_switches(status), Some(127));
+        assert_eq!(parse_context_switches("Name:\tx\n"), None);
+    }
+
+    #[test]
     fn parses_machine_busy_time() {
         let stat = "cpu  100 5 50 1000 7 3 2 1 0 0\ncpu0 50 2 25 500 3 1 1 0 0 0\n";
         assert_eq!(parse_machine_busy_ticks(stat), Some(100 + 5 + 50 + 3 + 2 + 1));
@@ -96,5 +128,6 @@ mod tests {
         assert!(cpu_us("self").is_some());
         assert!(rss_kib("self").unwrap_or(0) > 0);
         assert!(machine_busy_us().is_some());
+        assert!(context_switches("self").is_some());
     }
 }

@@ -178,7 +178,9 @@ impl Run {
 
 struct CpuMark {
     target: Option<u64>,
+    target_switches: Option<u64>,
     aux: Vec<Option<u64>>,
+    aux_switches: Vec<Option<u64>>,
     me: Option<u64>,
     machine: Option<u64>,
 }
@@ -186,7 +188,9 @@ struct CpuMark {
 fn mark(pid: Option<u32>, aux: &[(String, u32)]) -> CpuMark {
     CpuMark {
         target: pid.and_then(|p| procstat::cpu_us(&p.to_string())),
+        target_switches: pid.and_then(|p| procstat::context_switches(&p.to_string())),
         aux: aux.iter().map(|(_, p)| procstat::cpu_us(&p.to_string())).collect(),
+        aux_switches: aux.iter().map(|(_, p)| procstat::context_switches(&p.to_string())).collect(),
         me: procstat::cpu_us("self"),
         machine: procstat::machine_busy_us(),
     }
@@ -341,6 +345,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
                 name.clone(),
                 serde_json::json!({
                     "cpu_us_per_stream": per_stream(before.aux[i], after.aux[i]),
+                    "context_switches_per_stream": per_stream(before.aux_switches[i], after.aux_switches[i]),
                     "cpu_util": util(before.aux[i], after.aux[i]),
                     "peak_rss_kib": procstat::peak_rss_kib(&pid),
                 }),
@@ -368,6 +373,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         "max_us": if stats.ok > 0 { stats.hist.max() } else { 0 },
         "mean_us": if stats.ok > 0 { stats.hist.mean().round() } else { 0.0 },
         "cpu_us_per_stream": per_stream(before.target, after.target),
+        "context_switches_per_stream": per_stream(before.target_switches, after.target_switches),
         "cpu_util": util(before.target, after.target),
         "peak_rss_kib": target_pid.as_deref().and_then(procstat::peak_rss_kib),
         "rss_kib": target_pid.as_deref().and_then(procstat::rss_kib),
