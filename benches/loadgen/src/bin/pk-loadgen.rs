@@ -190,7 +190,10 @@ fn mark(pid: Option<u32>, aux: &[(String, u32)]) -> CpuMark {
         target: pid.and_then(|p| procstat::cpu_us(&p.to_string())),
         target_switches: pid.and_then(|p| procstat::context_switches(&p.to_string())),
         aux: aux.iter().map(|(_, p)| procstat::cpu_us(&p.to_string())).collect(),
-        aux_switches: aux.iter().map(|(_, p)| procstat::context_switches(&p.to_string())).collect(),
+        aux_switches: aux
+            .iter()
+            .map(|(_, p)| procstat::context_switches(&p.to_string()))
+            .collect(),
         me: procstat::cpu_us("self"),
         machine: procstat::machine_busy_us(),
     }
