@@ -29,15 +29,7 @@ impl Stack {
         let entries: String = agents
             .iter()
             .zip(&started)
-            .map(|((n, _, extra), a)| {
-                let entry = agent_entry(n, a, extra);
-                // Extra lines may set their own health-check interval.
-                if extra.contains("health_check_interval_ms") {
-                    entry.replacen("      health_check_interval_ms: 100\n", "", 1)
-                } else {
-                    entry
-                }
-            })
+            .map(|((n, _, extra), a)| agent_entry(n, a, extra))
             .collect();
         let kernel = KernelProc::start(&dir, &format!("  agents:\n{entries}  route_policies:\n{routes}"));
         let upstream = Upstream::start().await;

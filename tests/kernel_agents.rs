@@ -125,7 +125,6 @@ async fn unsent_calls_are_retried_once_delivered() {
         &format!(
             "  agents:\n{}  route_policies:\n    - route_name: r\n      request_policy_chain: [{{policy: tag}}]\n",
             agent_entry("retry", &agent, "      health_check_interval_ms: 60000\n      timeout_ms: 3000\n      retry: {max_attempts: 10, backoff_ms: 200}\n")
-                .replace("      health_check_interval_ms: 100\n", "")
         ),
     );
     let mut client = extproc::connect(&kernel.socket).await;

@@ -257,8 +257,14 @@ pub fn http_get(port: u16, path: &str) -> (u16, String) {
 
 /// Agent entry for a kernel config, with fast health checks for tests.
 pub fn agent_entry(name: &str, agent: &TestAgent, extra: &str) -> String {
+    // A 100 ms health-check interval unless the extra lines set their own.
+    let health = if extra.contains("health_check_interval_ms:") {
+        ""
+    } else {
+        "      health_check_interval_ms: 100\n"
+    };
     format!(
-        "    - name: {name}\n      socket_path: {}\n      health_check_interval_ms: 100\n{extra}",
+        "    - name: {name}\n      socket_path: {}\n{health}{extra}",
         agent.socket.display()
     )
 }
