@@ -129,7 +129,26 @@ wait_for() { # wait_for SECONDS CMD...: polls CMD every 50 ms
     sleep 0.05
   done
 }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+free_ports() { # free_ports N: N distinct loopback ports, free now, below the ephemeral
+  # range (which outgoing connections may take between this check and the bind)
+  python3 - "$1" <<'EOF'
+import random, socket, sys
+low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+pool = list(range(10000, low)) if low > 12000 else list(range(61000, 65000))
+random.shuffle(pool)
+found = []
+for port in pool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+    found.append(port)
+    if len(found) == int(sys.argv[1]):
+        break
+print(" ".join(map(str, found)))
+EOF
+}
 http_get() { python3 - "$1" <<'EOF'
 import sys, urllib.request
 print(urllib.request.urlopen(sys.argv[1], timeout=2).read().decode())
@@ -334,7 +353,7 @@ if [ "$ENVOY_E2E" = 1 ] && [ -z "$ENVOY_NOTE" ]; then
   python3 -B -c "import sys; sys.path.insert(0, '$ROOT/benches'); import report; sys.stdout.buffer.write(report.json_body($BODY))" >"$RUN/body.json"
   ENVOY_STATS_KEYS='ext_proc\.|downstream_rq_[2-5]xx|downstream_rq_total'
   start_envoy() { # start_envoy with|without
-    PORT=$(free_port) ADMIN=$(free_port) UPSTREAM=$(free_port)
+    read -r PORT ADMIN UPSTREAM <<<"$(free_ports 3)"
     sed -e "s#@PORT@#$PORT#; s#@ADMIN_PORT@#$ADMIN#; s#@UPSTREAM_PORT@#$UPSTREAM#g; s#@KERNEL_SOCK@#$RUN/kernel.sock#" \
       "$ROOT/benches/configs/envoy.yaml" >"$RUN/envoy-$1.yaml"
     if [ "$1" = without ]; then sed -i '/^ *# >>> ext_proc$/,/^ *# <<< ext_proc$/d' "$RUN/envoy-$1.yaml"; fi

@@ -28,12 +28,38 @@ pub fn workdir() -> tempfile::TempDir {
         .expect("tempdir")
 }
 
-/// A free TCP port on loopback (released before use; fine for tests).
+/// A TCP port on loopback that is free now, for a server the test starts
+/// next (Envoy, the kernel's metrics endpoint).
+///
+/// Taken from below the system's ephemeral range: a port from there (what
+/// binding port 0 hands out) can be taken, between this call and the server's
+/// bind, by any outgoing connection or other test binding port 0, which made
+/// Envoy fail with "Address already in use" under parallel tests. Below the
+/// range only explicit binds land, and the counter keeps this test binary's
+/// picks apart; the start is spread by process id so that binaries run one
+/// after another do not reuse the ports the previous one left in TIME_WAIT.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32768);
+    let (base, span) = if low > 12_000 {
+        (10_000, low - 10_000)
+    } else {
+        (61_000, 4_000)
+    };
+    let start = std::process::id().wrapping_mul(7919) % span;
+    for _ in 0..span {
+        let port = base + (start + NEXT.fetch_add(1, Ordering::Relaxed)) % span;
+        if let Ok(port) = u16::try_from(port) {
+            if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return port;
+            }
+        }
+    }
+    panic!("no free loopback port in {base}..{}", base + span)
 }
 
 /// Waits until something accepts on the Unix socket `path`.
