@@ -72,7 +72,10 @@ async fn three_group_chain_span_tree() {
             &[("traceparent", &traceparent)],
         ))
         .await;
-    s.exchange(extproc::response_headers(200)).await;
+    // As Envoy: response headers only when the route has response policies.
+    if extproc::wants_response_headers(&r) {
+        s.exchange(extproc::response_headers(200)).await;
+    }
     drop(s);
 
     let deadline = Instant::now() + Duration::from_secs(5);
