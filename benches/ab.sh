@@ -17,6 +17,15 @@
 # the fixed-rate runs of run.sh) instead of core 1. Besides CPU, the table
 # gives context switches per stream (voluntary + involuntary, all threads):
 # each is a sleep and a wake-up on the request path.
+#
+# PK_AB_ENVOY=1 runs each variant through Envoy 1.40 instead (benches/
+# configs/envoy.yaml, route /k1/users): Envoy, the kernel and the agents on
+# core 0, pk-http on core 1 at PK_AB_RATE req/s (default 1000) over 8
+# connections; latency is pk-http's, per request. Besides KERNEL_BIN a
+# variant may be `none` (E0: the same Envoy without the ext_proc filter) or
+# `floor1` / `floor2` (pk-floor, ending its streams after one or two
+# messages: EF and EF2, the floors of K0 and K1 through Envoy). The table then
+# has Envoy's CPU per request too.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -27,6 +36,13 @@ shift
 DUR=${PK_BENCH_DURATION:-5}
 RATE=${PK_AB_RATE:-0}
 AGENT_CPU=${PK_AB_AGENT_CPU:-1}
+ENVOY_AB=${PK_AB_ENVOY:-0}
+if [ "$ENVOY_AB" = 1 ]; then
+  [ "$RATE" = 0 ] && RATE=1000
+  AGENT_CPU=${PK_AB_AGENT_CPU:-0}
+  ENVOY=$(ls "$ROOT"/.venv/lib/python3*/site-packages/envoy/_bin/envoy 2>/dev/null | head -1 || true)
+  [ -x "$ENVOY" ] || { echo "Envoy not found: run make setup" >&2; exit 2; }
+fi
 if [ "$RATE" = 0 ]; then LOAD=(--concurrency 32); else LOAD=(--rate "$RATE" --concurrency 1024); fi
 if [ "$(id -u)" = 0 ]; then NICE=${PK_BENCH_NICE:--10}; else NICE=${PK_BENCH_NICE:-0}; fi
 OUT=$(mktemp -d "${TMPDIR:-/tmp}/pk-ab.XXXXXX")
@@ -39,9 +55,91 @@ cleanup() {
 }
 trap cleanup EXIT
 
+cpu_ctx() { # cpu_ctx PID: "CPU_µs context_switches" of the process (all threads)
+  python3 - "$1" <<'EOF'
+import glob, os, sys
+pid = sys.argv[1]
+f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+cpu = (int(f[11]) + int(f[12])) * 1e6 / os.sysconf("SC_CLK_TCK")
+cs = 0
+for st in glob.glob(f"/proc/{pid}/task/*/status"):
+    try:
+        cs += sum(int(l.split()[1]) for l in open(st) if "ctxt_switches" in l)
+    except OSError:
+        pass
+print(int(cpu), cs)
+EOF
+}
+
+envoy_run() { # envoy_run NAME RUN_DIR KERNEL_PID AGENT_PID: Envoy + pk-http
+  local name=$1 run=$2 k=$3 agent_a=$4 port admin up e i before=() after=() p pids
+  read -r port admin up <<<"$(python3 -c '
+import random, socket
+low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+pool = list(range(10000, low)); random.shuffle(pool); out = []
+for p in pool:
+    with socket.socket() as s:
+        try: s.bind(("127.0.0.1", p))
+        except OSError: continue
+    out.append(p)
+    if len(out) == 3: break
+print(*out)')"
+  sed -e "s#@PORT@#$port#; s#@ADMIN_PORT@#$admin#; s#@UPSTREAM_PORT@#$up#g; s#@KERNEL_SOCK@#$run/kernel.sock#" \
+    "$ROOT/benches/configs/envoy.yaml" >"$run/envoy.yaml"
+  [ -z "$k" ] && sed -i '/^ *# >>> ext_proc$/,/^ *# <<< ext_proc$/d' "$run/envoy.yaml"
+  taskset -c 0 nice -n "$NICE" "$ENVOY" -c "$run/envoy.yaml" --concurrency 1 --disable-hot-restart -l warning \
+    --base-id "$port" >"$run/envoy.log" 2>&1 &
+  e=$!
+  PIDS+=("$e")
+  for i in $(seq 200); do
+    curl -s "http://127.0.0.1:$admin/ready" 2>/dev/null | grep -q LIVE && break
+    sleep 0.05
+  done
+  pids="$e ${k:-} ${agent_a:-}"
+  taskset -c 1 nice -n "$NICE" "$BIN/pk-http" --rate "$RATE" --connections 8 --duration "$DUR" --warmup 2 \
+    --log-file "$run/http.log" "http://127.0.0.1:$port/k1/users" >"$run/http.txt" 2>>"$OUT/loadgen.err" &
+  local lg=$!
+  sleep 2
+  for p in $pids; do before+=("$(cpu_ctx "$p")"); done
+  sleep "$DUR"
+  for p in $pids; do after+=("$(cpu_ctx "$p")"); done
+  wait "$lg" || true
+  python3 - "$name" "$run/http.log" "$DUR" "$RATE" "${before[*]}" "${after[*]}" "$pids" <<'EOF' >>"$OUT/results.jsonl"
+import json, sys
+name, log, dur, rate, before, after, pids = sys.argv[1:8]
+reqs = float(rate) * float(dur)
+lat = sorted(int(l.split()[2]) for l in open(log) if l.strip())
+ok = sum(1 for l in open(log) if l.strip() and l.split()[1].startswith("2"))
+b, a = list(map(int, before.split())), list(map(int, after.split()))
+roles = ["envoy", "kernel", "agent-a"][: len(b) // 2]
+per = {r: {"cpu_us_per_stream": (a[2 * i] - b[2 * i]) / reqs,
+           "context_switches_per_stream": (a[2 * i + 1] - b[2 * i + 1]) / reqs} for i, r in enumerate(roles)}
+pick = lambda q: lat[min(len(lat) - 1, int(len(lat) * q))] if lat else None
+row = {"label": name, "streams_per_s": len(lat) / float(dur), "p50_us": pick(0.5), "p99_us": pick(0.99),
+       "failed": len(lat) - ok, "aux": {r: v for r, v in per.items() if r != "kernel"}}
+row.update(per.get("kernel", {"cpu_us_per_stream": None, "context_switches_per_stream": None}))
+print(json.dumps(row))
+EOF
+}
+
 one_run() { # one_run NAME KERNEL AGENT
   local name=$1 kernel=$2 agent=$3 run a k i
   run=$(mktemp -d "$OUT/run.XXXX")
+  if [ "$ENVOY_AB" = 1 ] && [ "$kernel" = none ]; then
+    envoy_run "$name" "$run" "" ""
+    cleanup
+    return
+  fi
+  if [ "$ENVOY_AB" = 1 ] && [[ "$kernel" == floor[12] ]]; then
+    taskset -c 0 nice -n "$NICE" "$BIN/pk-floor" --socket "$run/kernel.sock" --messages "${kernel#floor}" \
+      >"$run/floor.log" 2>&1 &
+    k=$!
+    PIDS+=("$k")
+    for i in $(seq 200); do [ -S "$run/kernel.sock" ] && break; sleep 0.05; done
+    envoy_run "$name" "$run" "$k" ""
+    cleanup
+    return
+  fi
   sed "s#@RUN@#$run#g" "$ROOT/benches/configs/kernel.yaml" >"$run/kernel.yaml"
   for a in a b body; do
     taskset -c "$AGENT_CPU" nice -n "$NICE" "$agent" --socket "$run/agent-$a.sock" \
@@ -60,6 +158,11 @@ one_run() { # one_run NAME KERNEL AGENT
     sleep 0.05
   done
   sleep 0.5
+  if [ "$ENVOY_AB" = 1 ]; then
+    envoy_run "$name" "$run" "$k" "$agent_a"
+    cleanup
+    return
+  fi
   taskset -c 1 nice -n "$NICE" "$BIN/pk-loadgen" --target "unix:$run/kernel.sock" --route k1 "${LOAD[@]}" \
     --duration "$DUR" --warmup 2 --pid "$k" --aux-pid "agent-a=$agent_a" --label "$name" \
     --json-out "$OUT/results.jsonl" >/dev/null 2>>"$OUT/loadgen.err"
@@ -80,8 +183,10 @@ python3 - "$OUT/results.jsonl" "$@" <<'EOF'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 names = [s.split('=', 1)[0] for s in sys.argv[2:]]
-print("| variant | kernel CPU µs/stream (median) | streams/s (median) | p50 / p99 ms (median) | kernel context switches/stream (median) | agent-a CPU µs/stream (median) | agent-a context switches/stream (median) | runs: kernel µs/stream |")
-print("|---|---:|---:|---:|---:|---:|---:|---|")
+envoy = any("envoy" in r.get("aux", {}) for r in rows)
+print("| variant | kernel CPU µs/stream (median) | streams/s (median) | p50 / p99 ms (median) | kernel context switches/stream (median) | agent-a CPU µs/stream (median) | agent-a context switches/stream (median) |"
+      + (" Envoy CPU µs/request (median) | Envoy context switches/request (median) | failed requests |" if envoy else "") + " runs: kernel µs/stream |")
+print("|---|---:|---:|---:|---:|---:|---:|" + ("---:|---:|---:|" if envoy else "") + "---|")
 def med(xs, fmt="%.1f"):
     xs = [x for x in xs if x is not None]
     return fmt % statistics.median(xs) if xs else "-"
@@ -89,14 +194,20 @@ for n in names:
     rs = [r for r in rows if r["label"] == n]
     if not rs:
         continue
-    cpu = [round(r["cpu_us_per_stream"], 1) for r in rs]
+    cpu = [None if r["cpu_us_per_stream"] is None else round(r["cpu_us_per_stream"], 1) for r in rs]
     agent = [r.get("aux", {}).get("agent-a", {}) for r in rs]
-    print("| %s | %s | %s | %s / %s | %s | %s | %s | %s |" % (
+    ev = [r.get("aux", {}).get("envoy", {}) for r in rs]
+    extra = ""
+    if envoy:
+        extra = " %s | %s | %d |" % (med([e.get("cpu_us_per_stream") for e in ev]),
+                                     med([e.get("context_switches_per_stream") for e in ev], "%.2f"),
+                                     sum(r.get("failed", 0) for r in rs))
+    print("| %s | %s | %s | %s / %s | %s | %s | %s |%s %s |" % (
         n, med(cpu), med([r["streams_per_s"] for r in rs], "%.0f"),
         med([r["p50_us"] / 1000 for r in rs], "%.2f"), med([r["p99_us"] / 1000 for r in rs], "%.2f"),
         med([r.get("context_switches_per_stream") for r in rs], "%.2f"),
         med([a.get("cpu_us_per_stream") for a in agent]),
         med([a.get("context_switches_per_stream") for a in agent], "%.2f"),
-        ", ".join(map(str, cpu))))
+        extra, ", ".join("-" if c is None else str(c) for c in cpu)))
 EOF
 echo "[ab] raw results: $OUT/results.jsonl" >&2

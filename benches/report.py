@@ -257,6 +257,23 @@ def cmd_table(a):
         o.append("CPU per stream is the kernel's (or floor's) own utime + stime from /proc/PID/stat over the window, "
                  "divided by the streams; agents are separate processes (policy-test-agent, no-op) and listed "
                  "apart. SUT CPU @max = kernel + agents, in cores (they share core 0).")
+    ir = {}
+    if a.instructions:
+        text = open(a.instructions).read().strip()
+        for line in text.splitlines():
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            if len(cells) >= 2 and cells[1].isdigit():
+                ir[cells[0]] = int(cells[1])
+        if ir:
+            o.append("")
+            o.append("### Instructions per stream (valgrind callgrind, `bash benches/instructions.sh`)")
+            o.append("")
+            o.append(text)
+            o.append("")
+            o.append("User-space instructions of the floor or kernel process per stream at 200 streams/s (each "
+                     "message on its own, as at 1,000/s), from the difference of a 2 s and a 6 s run: start-up "
+                     "excluded. Unlike CPU time they do not move with the machine's load; syscalls and wake-ups "
+                     "in the OS kernel are not in them. F and K1 have two messages per stream, K0 one.")
     pin = R.get("K1@max-pinned")
     if pin:
         cap = 1e6 / pin["cpu_us_per_stream"] if pin.get("cpu_us_per_stream") else None
@@ -293,7 +310,7 @@ def cmd_table(a):
         sep += "---:|---:|---:|---:|---:|"
         o.append(head)
         o.append(sep)
-        for s, base in [("E0", "E0"), ("E0B", "E0B"), ("EF", "E0"), ("EK0", "E0"), ("EK1", "E0"), ("EK3", "E0"), ("EKB", "E0B")]:
+        for s, base in [("E0", "E0"), ("E0B", "E0B"), ("EF", "E0"), ("EF2", "E0"), ("EK0", "E0"), ("EK1", "E0"), ("EK3", "E0"), ("EKB", "E0B")]:
             mx = R.get(s + "@max")
             if not mx:
                 continue
@@ -333,7 +350,7 @@ def cmd_table(a):
         keys = ["streams_started", "stream_msgs_sent", "stream_msgs_received", "streams_failed", "message_timeouts",
                 "failure_mode_allowed", "spurious_msgs_received", "rejected_header_mutations",
                 "immediate_responses_sent"]
-        ek = [s for s in ["EF", "EK0", "EK1", "EK3", "EKB"] if R.get(s + "@max")]
+        ek = [s for s in ["EF", "EF2", "EK0", "EK1", "EK3", "EKB"] if R.get(s + "@max")]
         if ek:
             o.append("")
             o.append("Envoy's ext_proc counters (admin `/stats`, `http.ingress.ext_proc.*`), summed over each "
@@ -346,8 +363,10 @@ def cmd_table(a):
                 o.append("| %s | %s |" % (s, " | ".join(str(sum(v.get("ext_proc", {}).get(k, 0) for v in runs))
                                                       for k in keys)))
         o.append("")
-        o.append("EF is Envoy with ext_proc to pk-floor (CONTINUE to everything; its CPU under \"kernel\"): the "
-                 "ext_proc floor through Envoy, measured at its maximum and at 1,000 req/s. "
+        o.append("EF and EF2 are Envoy with ext_proc to pk-floor (CONTINUE to everything; its CPU under "
+                 "\"kernel\"): the ext_proc floor through Envoy, measured at its maximum and at 1,000 req/s. EF "
+                 "ends each stream after the request headers (one message: K0's shape), EF2 asks for the response "
+                 "headers too (two messages: K1's shape without agents). "
                  "E0B is E0 with the 16 KiB JSON POST body of KB (the baseline of KB). *(sat.)*: the run did not "
                  "keep its rate (achieved < 95%) or had failed requests: its latency is queueing, not service "
                  "time. ext_proc errors = Envoy's `streams_failed + message_timeouts + failure_mode_allowed + "
@@ -375,6 +394,8 @@ def cmd_table(a):
             if fm_cpu and rm.get("cpu_us_per_stream"):
                 fig += "; closed loop: %.1f vs %.1f µs = %.2f x" % (rm["cpu_us_per_stream"], fm_cpu,
                                                                   rm["cpu_us_per_stream"] / fm_cpu)
+            if ir.get(name) and ir.get("F"):
+                fig += "; instructions (callgrind): %d vs %d = %.2f x" % (ir[name], ir["F"], ir[name] / ir["F"])
             target("CPU/request %s <= %.1f x F (kernel process only)" % (name, limit), fig, x <= limit)
     if pin:
         target("K1 >= 10,000 streams/s, kernel pinned to one core",
@@ -388,6 +409,13 @@ def cmd_table(a):
                "%+.2f ms (%s vs %s ms)" % (d50, ms(ek1["p50_us"]), ms(e0["p50_us"])), d50 <= 0.5)
         target("Through Envoy @1,000 req/s: K1 adds <= 2 ms p99",
                "%+.2f ms (%s vs %s ms)" % (d99, ms(ek1["p99_us"]), ms(e0["p99_us"])), d99 <= 2)
+        ef2 = R.get("EF2@1000")
+        if ef2:
+            target("(for reading the two above) the floor of K1's two ext_proc messages through Envoy @1,000 req/s: "
+                   "EF2 adds p50 / p99; K1 adds over EF2",
+                   "EF2 %+.2f / %+.2f ms; K1 over EF2 %+.2f / %+.2f ms" % (
+                       (ef2["p50_us"] - e0["p50_us"]) / 1000, (ef2["p99_us"] - e0["p99_us"]) / 1000,
+                       (ek1["p50_us"] - ef2["p50_us"]) / 1000, (ek1["p99_us"] - ef2["p99_us"]) / 1000), None)
     if idle:
         target("RSS <= 32 MiB idle, 3 agents registered", "%.1f MiB (VmRSS)" % (idle["rss_kib"] / 1024.0),
                idle["rss_kib"] <= 32 * 1024)
@@ -522,6 +550,7 @@ def main():
     t = sub.add_parser("table")
     t.add_argument("file")
     t.add_argument("--criterion")
+    t.add_argument("--instructions")
     t.add_argument("--elapsed", default="?")
     t.add_argument("--nproc", default="?")
     t.add_argument("--cpu", default="?")

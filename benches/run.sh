@@ -4,7 +4,8 @@
 #   1. criterion micro-benchmarks of the hot path (benches/hot_path.rs);
 #   2. direct ext_proc load with pk-loadgen, system under test pinned to core
 #      0 and the load generator to core 1:
-#        F  pk-floor (CONTINUE to everything: the physical floor)
+#        F  pk-floor (CONTINUE to everything: the physical floor; two
+#           messages per stream, request and response headers, as K1)
 #        K0 kernel, unknown route (no agent call)
 #        K1 kernel, 1 request + 1 response policy on one no-op agent
 #        K3 kernel, 3 groups across 2 agents in each phase
@@ -16,20 +17,25 @@
 #   3. end to end through a real Envoy 1.40 (--concurrency 1), maximum
 #      throughput with h2load, fixed rates with pk-http (paced open loop):
 #      E0 (Envoy without ext_proc), E0B (the same with a 16 KiB POST body),
-#      EF (ext_proc to pk-floor: the floor through Envoy), then K0, K1, K3,
+#      EF and EF2 (ext_proc to pk-floor, one and two messages per stream:
+#      the floors of K0 and K1 through Envoy), then K0, K1, K3,
 #      KB through the ext_proc filter; maximum throughput
 #      (closed loop), then fixed rates: 50% of the scenario's own maximum,
 #      1,000 req/s, and 25% and 50% of E0's maximum.
 # It prints a table and appends a dated section to benches/RESULTS.md.
 #
 # Usage: bash benches/run.sh [--smoke] [--no-criterion] [--no-direct]
-#                            [--no-envoy] [--no-results] [--perf]
+#                            [--no-envoy] [--no-instructions] [--no-results]
+#                            [--perf]
 #   --smoke        CI check: debug build, K1 for ~3 s, exit 0 only when every
 #                  stream completed as CONTINUE without errors and without a
 #                  body being asked for (release with PK_BENCH_PROFILE=release)
 #   --no-criterion skip the micro-benchmarks
 #   --no-direct    skip the direct pk-loadgen scenarios
 #   --no-envoy     skip the end-to-end scenarios
+#   --no-instructions skip the instruction counts (benches/instructions.sh:
+#                  F, K0, K1, K3 under valgrind callgrind, which run.sh installs
+#                  when missing; about a minute and a half)
 #   --no-results   do not append to benches/RESULTS.md
 #   --perf         also profile the kernel under K1 and K3 (an extra closed-loop
 #                  run under `perf record -e task-clock --call-graph dwarf`,
@@ -48,13 +54,14 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
-SMOKE=0 CRITERION=1 DIRECT=1 ENVOY_E2E=1 RESULTS=1 PERF=0
+SMOKE=0 CRITERION=1 DIRECT=1 ENVOY_E2E=1 RESULTS=1 PERF=0 INSTRUCTIONS=1
 for arg in "$@"; do
   case "$arg" in
     --smoke) SMOKE=1 ;;
     --no-criterion) CRITERION=0 ;;
     --no-direct) DIRECT=0 ;;
     --no-envoy) ENVOY_E2E=0 ;;
+    --no-instructions) INSTRUCTIONS=0 ;;
     --no-results) RESULTS=0 ;;
     --perf) PERF=1 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -331,6 +338,21 @@ if [ "$PERF" = 1 ]; then
   done
 fi
 
+# ------------------------------------------------- instructions per stream
+if [ "$INSTRUCTIONS" = 1 ] && [ "$SMOKE" = 0 ]; then
+  if ! command -v valgrind >/dev/null; then
+    log "installing valgrind"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind; } >"$RUN/apt-valgrind.log" 2>&1 || true
+  fi
+  if command -v valgrind >/dev/null; then
+    log "instructions per stream (callgrind): F K0 K1 K3"
+    bash "$ROOT/benches/instructions.sh" F K0 K1 K3 >"$RUN/instructions.md" 2>>"$RUN/instructions.err" \
+      || { log "instruction counts failed: $RUN/instructions.err"; rm -f "$RUN/instructions.md"; }
+  else
+    log "valgrind not available: instruction counts skipped"
+  fi
+fi
+
 # ---------------------------------------------------------------- 3. Envoy
 ENVOY_NOTE=""
 if [ "$ENVOY_E2E" = 1 ]; then
@@ -415,19 +437,23 @@ if [ "$ENVOY_E2E" = 1 ] && [ -z "$ENVOY_NOTE" ]; then
   for r in $RATES; do h2load_run "E0B@$r" "$r" /kb/upload "$RUN/body.json"; done
   stop_all
 
-  # EF: the ext_proc floor through Envoy, pk-floor (CONTINUE to everything)
-  # on the kernel's socket: what two ext_proc messages cost before any
-  # kernel or agent work. Its CPU column is reported under "kernel".
-  log "EF: Envoy with ext_proc to pk-floor"
-  rm -f "$RUN/kernel.sock"
-  start floor "$SUT_CPU" "$BIN/pk-floor" --socket "$RUN/kernel.sock"
-  FLOOR_PID=$LAST_PID
-  wait_for 20 test -S "$RUN/kernel.sock"
-  start_envoy with
-  SUT_PIDS="$ENVOY_PID $FLOOR_PID" SUT_NAMES="envoy kernel"
-  h2load_run "EF@max" 0 /k1/users
-  h2load_run "EF@1000" 1000 /k1/users
-  stop_all
+  # EF / EF2: the ext_proc floor through Envoy, pk-floor (CONTINUE to
+  # everything) on the kernel's socket: what one ext_proc message (K0's
+  # shape) and two (K1's) cost before any kernel or agent work. Their CPU
+  # column is reported under "kernel".
+  for f in EF:1 EF2:2; do
+    label=${f%%:*}
+    log "$label: Envoy with ext_proc to pk-floor, ${f#*:} message(s) per stream"
+    rm -f "$RUN/kernel.sock"
+    start floor "$SUT_CPU" "$BIN/pk-floor" --socket "$RUN/kernel.sock" --messages "${f#*:}"
+    FLOOR_PID=$LAST_PID
+    wait_for 20 test -S "$RUN/kernel.sock"
+    start_envoy with
+    SUT_PIDS="$ENVOY_PID $FLOOR_PID" SUT_NAMES="envoy kernel"
+    h2load_run "$label@max" 0 /k1/users
+    h2load_run "$label@1000" 1000 /k1/users
+    stop_all
+  done
 
   log "kernel scenarios through Envoy (Envoy, kernel and agents on core $SUT_CPU)"
   start_agents "$SUT_CPU"
@@ -454,6 +480,7 @@ REPORT_ARGS=(table "$RESULTS_JSON" --elapsed "$ELAPSED" --nproc "$(nproc)"
   --command "bash benches/run.sh $*" --loadavg "$LOADAVG_START / $(cut -d' ' -f1-3 /proc/loadavg)" --nice "$NICE (autogroup: $AUTOGROUP)" --direct-rate "$DIRECT_RATE" --duration "$DUR" --concurrency "$CLOSED_CONC")
 [ -n "$ENVOY_NOTE" ] && REPORT_ARGS+=(--note "$ENVOY_NOTE")
 [ -f "$RUN/criterion.txt" ] && REPORT_ARGS+=(--criterion "$RUN/criterion.txt")
+[ -f "$RUN/instructions.md" ] && REPORT_ARGS+=(--instructions "$RUN/instructions.md")
 python3 "$ROOT/benches/report.py" "${REPORT_ARGS[@]}" >"$RUN/table.md"
 cat "$RUN/table.md"
 if [ "$RESULTS" = 1 ]; then

@@ -8,14 +8,23 @@
 //! with the stream's headers before returning the response, so that the
 //! response headers and the first answer leave in one write: the comparison
 //! is not one of allocators or transports.
+//!
+//! Its streams have the kernel's shapes: with `--messages 2` (the default)
+//! the request headers answer asks for the response headers (a
+//! `mode_override`, as the kernel's does for a route with response policies:
+//! K1), with `--messages 1` it skips them (an unknown route: K0). Like the
+//! kernel, it ends the stream right after its last answer.
 
 use std::path::PathBuf;
 use std::pin::Pin;
 
 use clap::Parser;
+use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::{BodySendMode, HeaderSendMode};
+use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::ProcessingMode;
 use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_server::{
     ExternalProcessor, ExternalProcessorServer,
 };
+use envoy_types::pb::envoy::service::ext_proc::v3::processing_request::Request as Msg;
 use envoy_types::pb::envoy::service::ext_proc::v3::{ProcessingRequest, ProcessingResponse};
 use futures::{FutureExt, Stream, StreamExt};
 use tokio::net::UnixListener;
@@ -33,9 +42,43 @@ struct Cli {
     /// HTTP/2 streams per connection (the kernel's default).
     #[arg(long, default_value_t = 1000)]
     max_concurrent_streams: u32,
+    /// Messages per stream: 1 = request headers only (K0's shape), 2 = the
+    /// response headers too (K1's shape).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=2))]
+    messages: u8,
 }
 
-struct Floor;
+#[derive(Clone, Copy)]
+struct Floor {
+    messages: u8,
+}
+
+impl Floor {
+    /// CONTINUE to `msg`, and whether it is the stream's last answer.
+    fn answer(&self, msg: &ProcessingRequest) -> (ProcessingResponse, bool) {
+        let mut resp = pk_loadgen::msgs::continue_for(msg);
+        match msg.request {
+            Some(Msg::RequestHeaders(_)) => {
+                let headers = if self.messages == 2 {
+                    HeaderSendMode::Send
+                } else {
+                    HeaderSendMode::Skip
+                };
+                resp.mode_override = Some(ProcessingMode {
+                    request_header_mode: HeaderSendMode::Send as i32,
+                    response_header_mode: headers as i32,
+                    request_body_mode: BodySendMode::None as i32,
+                    response_body_mode: BodySendMode::None as i32,
+                    request_trailer_mode: HeaderSendMode::Skip as i32,
+                    response_trailer_mode: HeaderSendMode::Skip as i32,
+                });
+                (resp, self.messages == 1)
+            }
+            Some(Msg::ResponseHeaders(_)) => (resp, true),
+            _ => (resp, false),
+        }
+    }
+}
 
 type ResponseStream = Pin<Box<dyn Stream<Item = Result<ProcessingResponse, Status>> + Send>>;
 
@@ -48,14 +91,26 @@ impl ExternalProcessor for Floor {
         request: Request<Streaming<ProcessingRequest>>,
     ) -> Result<Response<Self::ProcessStream>, Status> {
         let mut inbound = request.into_inner();
+        let floor = *self;
+        let mut last = false;
         let first = match inbound.message().now_or_never() {
-            Some(Ok(Some(msg))) => Some(Ok(pk_loadgen::msgs::continue_for(&msg))),
+            Some(Ok(Some(msg))) => {
+                let (resp, end) = self.answer(&msg);
+                last = end;
+                Some(Ok(resp))
+            }
             Some(Ok(None) | Err(_)) => return Ok(Response::new(Box::pin(futures::stream::empty()))),
             None => None,
         };
-        let rest = futures::stream::unfold(inbound, |mut inbound| async move {
+        let rest = futures::stream::unfold((inbound, last), move |(mut inbound, last)| async move {
+            if last {
+                return None;
+            }
             match inbound.message().await {
-                Ok(Some(msg)) => Some((Ok(pk_loadgen::msgs::continue_for(&msg)), inbound)),
+                Ok(Some(msg)) => {
+                    let (resp, end) = floor.answer(&msg);
+                    Some((Ok(resp), (inbound, end)))
+                }
                 Ok(None) | Err(_) => None,
             }
         });
@@ -85,7 +140,7 @@ async fn main() -> anyhow::Result<()> {
     let result = tonic::transport::Server::builder()
         .max_concurrent_streams(cli.max_concurrent_streams)
         .add_service(
-            ExternalProcessorServer::new(Floor)
+            ExternalProcessorServer::new(Floor { messages: cli.messages })
                 .max_decoding_message_size(64 * 1024 * 1024)
                 .max_encoding_message_size(64 * 1024 * 1024),
         )

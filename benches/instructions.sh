@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Instructions per stream (valgrind callgrind, user space) of the floor and
+# of the kernel, per scenario: a measure that does not move with the load of
+# a shared machine, where CPU time does. Each target runs under callgrind
+# (agents natively) and gets pk-loadgen streams at a fixed rate for a short
+# and a long run; instructions per stream = (Ir_long - Ir_short) /
+# (streams_long - streams_short), which removes start-up, discovery and
+# shutdown. The target's kernel-mode time (syscalls, wake-ups) is not
+# counted: this is the code's own cost, the part the kernel controls.
+#
+# Usage: bash benches/instructions.sh [SCENARIO...]   (default: F K0 K1 K3)
+#   PK_IR_RATE (default 200 streams/s), PK_IR_SHORT / PK_IR_LONG (2 / 6 s),
+#   PK_IR_KERNEL (default target/release/policy-kernel).
+# Needs valgrind (apt-get install valgrind) and release binaries
+# (cargo build --release --workspace). Prints a markdown table.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release
+RATE=${PK_IR_RATE:-200}
+SHORT=${PK_IR_SHORT:-2}
+LONG=${PK_IR_LONG:-6}
+KERNEL=${PK_IR_KERNEL:-$BIN/policy-kernel}
+command -v valgrind >/dev/null || { echo "valgrind not found: apt-get install valgrind" >&2; exit 2; }
+for b in "$KERNEL" "$BIN/pk-floor" "$BIN/pk-loadgen" "$BIN/policy-test-agent"; do
+  [ -x "$b" ] || { echo "missing $b: cargo build --release --workspace" >&2; exit 2; }
+done
+[ $# -gt 0 ] || set -- F K0 K1 K3
+OUT=$(mktemp -d "${TMPDIR:-/tmp}/pk-ir.XXXXXX")
+PIDS=()
+cleanup() {
+  local p
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  PIDS=()
+}
+trap cleanup EXIT
+
+route_of() {
+  case $1 in
+    F | K1) echo k1 ;;
+    K0) echo k0-unknown ;;
+    K3) echo k3 ;;
+    *) echo "unknown scenario $1 (F K0 K1 K3)" >&2; exit 2 ;;
+  esac
+}
+
+# measure SCENARIO SECONDS: prints "STREAMS IR"
+measure() {
+  local label=$1 secs=$2 run target a i
+  run=$(mktemp -d "$OUT/$label.XXXX")
+  if [ "$label" = F ]; then
+    valgrind --tool=callgrind --callgrind-out-file="$run/cg.out" "$BIN/pk-floor" --socket "$run/kernel.sock" \
+      >"$run/target.log" 2>&1 &
+    target=$!
+    PIDS+=("$target")
+    for i in $(seq 600); do [ -S "$run/kernel.sock" ] && break; sleep 0.1; done
+  else
+    sed "s#@RUN@#$run#g" "$ROOT/benches/configs/kernel.yaml" >"$run/kernel.yaml"
+    for a in a b body; do
+      "$BIN/policy-test-agent" --socket "$run/agent-$a.sock" --script "$ROOT/benches/configs/agent-$a.yaml" \
+        >"$run/agent-$a.log" 2>&1 &
+      PIDS+=($!)
+    done
+    for a in a b body; do
+      for i in $(seq 200); do [ -S "$run/agent-$a.sock" ] && break; sleep 0.05; done
+    done
+    valgrind --tool=callgrind --callgrind-out-file="$run/cg.out" "$KERNEL" --config="$run/kernel.yaml" \
+      >"$run/target.log" 2>&1 &
+    target=$!
+    PIDS+=("$target")
+    for i in $(seq 600); do
+      [ -S "$run/kernel.sock" ] && [ "$(grep -c 'agent discovered' "$run/target.log")" -ge 3 ] && break
+      sleep 0.1
+    done
+  fi
+  sleep 1
+  "$BIN/pk-loadgen" --target "unix:$run/kernel.sock" --route "$(route_of "$label")" --rate "$RATE" \
+    --duration "$secs" --warmup 0 >"$run/loadgen.json" 2>"$run/loadgen.err"
+  sleep 0.5
+  kill "$target"
+  wait "$target" 2>/dev/null || true
+  cleanup
+  python3 - "$run/loadgen.json" "$run/cg.out" <<'EOF'
+import json, sys
+row = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")][-1]
+if row["errors"]:
+    sys.exit("pk-loadgen saw %d errors" % row["errors"])
+ir = next(int(l.split()[1]) for l in open(sys.argv[2]) if l.startswith("summary:"))
+print(row["streams"], ir)
+EOF
+}
+
+echo "| scenario | instructions per stream | x F | streams (short / long run) |"
+echo "|---|---:|---:|---|"
+F_IR=""
+for s in "$@"; do
+  route_of "$s" >/dev/null
+  echo "[ir] $s: ${SHORT} s and ${LONG} s at $RATE streams/s under callgrind" >&2
+  read -r n1 ir1 <<<"$(measure "$s" "$SHORT")"
+  read -r n2 ir2 <<<"$(measure "$s" "$LONG")"
+  per=$(( (ir2 - ir1) / (n2 - n1) ))
+  [ "$s" = F ] && F_IR=$per
+  x="-"
+  [ -n "$F_IR" ] && x=$(python3 -c "print('%.2f' % ($per / $F_IR))")
+  echo "| $s | $per | $x | $n1 / $n2 |"
+done
+rm -rf "$OUT"
