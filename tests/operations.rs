@@ -20,8 +20,7 @@ fn immediate_status(r: &ProcessingResponse) -> Option<i32> {
 async fn one(client: &mut extproc::Client, route: Option<&str>, headers: &[(&str, &str)]) -> ProcessingResponse {
     let mut s = Stream::open(client, None).await;
     let r = s.exchange(extproc::request_headers(route, headers)).await;
-    // As Envoy: the response headers only when the answer asked for them.
-    if extproc::wants_response_headers(&r) {
+    if immediate_status(&r).is_none() {
         s.exchange(extproc::response_headers(200)).await;
     }
     r

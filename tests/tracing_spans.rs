@@ -72,10 +72,7 @@ async fn three_group_chain_span_tree() {
             &[("traceparent", &traceparent)],
         ))
         .await;
-    // As Envoy: response headers only when the route has response policies.
-    if extproc::wants_response_headers(&r) {
-        s.exchange(extproc::response_headers(200)).await;
-    }
+    s.exchange(extproc::response_headers(200)).await;
     drop(s);
 
     let deadline = Instant::now() + Duration::from_secs(5);

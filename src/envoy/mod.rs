@@ -77,14 +77,7 @@ impl ExternalProcessor for ExtProc {
             Some(Ok(None) | Err(_)) => return Ok(Response::new(Box::pin(futures::stream::empty()))),
             None => None,
         };
-        // After the stream's last answer the kernel ends the stream at once:
-        // its trailers leave in the same write as that answer, instead of
-        // waiting for Envoy's half-close and answering it with a write of
-        // their own.
         let rest = futures::stream::unfold((inbound, session), |(mut inbound, mut session)| async move {
-            if session.finished() {
-                return None;
-            }
             match inbound.message().await {
                 Ok(Some(msg)) => {
                     let resp = session.handle(msg).await;

@@ -83,8 +83,6 @@ struct Active {
     response_body: bool,
     /// The response, while waiting for its body.
     response: Option<ResponseCtx>,
-    /// The response chain has run (or the response phase was answered).
-    responded: bool,
 }
 
 fn string_attr<'a>(attrs: &'a HashMap<String, Struct>, key: &str) -> Option<&'a str> {
@@ -185,22 +183,6 @@ impl Session {
             kernel,
             route_hint,
             state: State::Fresh,
-        }
-    }
-
-    /// True once the stream has had its last answer: the kernel waits for no
-    /// body it buffers and runs no response phase still to come. Envoy sends
-    /// nothing else the kernel asked for, so the stream may end here (ext_proc
-    /// lets the processor close the stream instead of answering further
-    /// messages; Envoy then finishes the request without it, which is what
-    /// CONTINUE to every later message would do).
-    pub fn finished(&self) -> bool {
-        match &self.state {
-            State::Fresh => false,
-            State::Passthrough => true,
-            State::Active(a) => {
-                a.request_plan.is_none() && a.response.is_none() && (a.responded || a.response_plan.is_empty())
-            }
         }
     }
 
@@ -330,7 +312,6 @@ impl Session {
             response_plan,
             response_body,
             response: None,
-            responded: false,
         });
         let mut resp = if buffer_request {
             active.request_plan = Some(request_plan);
@@ -373,7 +354,6 @@ impl Session {
         if active.snap.phase_validation == PhaseValidation::Strict
             && !plan_healthy(&active.response_plan, &active.snap.agents)
         {
-            active.responded = true;
             tracing::warn!(route = %active.route.name, request_id = %active.request.request_id, phase = "response",
                 validation_phase = "strict", error_type = "AGENT_UNAVAILABLE", "Planned response agent unhealthy - returning 503 error");
             let imm = &active.snap.responses.unavailable;
@@ -424,7 +404,6 @@ impl Active {
     }
 
     async fn run_response(&mut self, mut response: ResponseCtx, answer: Answer) -> ProcessingResponse {
-        self.responded = true;
         let outcome = {
             let mut run = Run {
                 snap: &self.snap,

@@ -81,20 +81,6 @@ pub fn response_headers(status: u16) -> ProcessingRequest {
     }
 }
 
-/// Whether Envoy sends the response headers after this answer to the
-/// request headers: yes unless it is an immediate response or its
-/// `mode_override` skips them.
-#[allow(dead_code)]
-pub fn wants_response_headers(answer: &ProcessingResponse) -> bool {
-    use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::HeaderSendMode;
-    use envoy_types::pb::envoy::service::ext_proc::v3::processing_response::Response;
-    !matches!(answer.response, Some(Response::ImmediateResponse(_)))
-        && answer
-            .mode_override
-            .as_ref()
-            .is_none_or(|m| m.response_header_mode != HeaderSendMode::Skip as i32)
-}
-
 /// One open Process stream.
 pub struct Stream {
     pub tx: mpsc::Sender<ProcessingRequest>,
