@@ -23,7 +23,7 @@
 # core 0, pk-http on core 1 at PK_AB_RATE req/s (default 1000) over 8
 # connections; latency is pk-http's, per request. Besides KERNEL_BIN a
 # variant may be `none` (E0: the same Envoy without the ext_proc filter) or
-# `floor1` / `floor2` (pk-floor, ending its streams after one or two
+# `floor1` / `floor2` (pk-floor, with streams of one or two
 # messages: EF and EF2, the floors of K0 and K1 through Envoy). The table then
 # has Envoy's CPU per request too.
 set -euo pipefail

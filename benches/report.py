@@ -365,8 +365,8 @@ def cmd_table(a):
         o.append("")
         o.append("EF and EF2 are Envoy with ext_proc to pk-floor (CONTINUE to everything; its CPU under "
                  "\"kernel\"): the ext_proc floor through Envoy, measured at its maximum and at 1,000 req/s. EF "
-                 "ends each stream after the request headers (one message: K0's shape), EF2 asks for the response "
-                 "headers too (two messages: K1's shape without agents). "
+                 "skips the response headers (one message per stream: K0's shape), EF2 asks for them (two "
+                 "messages: K1's shape without agents). "
                  "E0B is E0 with the 16 KiB JSON POST body of KB (the baseline of KB). *(sat.)*: the run did not "
                  "keep its rate (achieved < 95%) or had failed requests: its latency is queueing, not service "
                  "time. ext_proc errors = Envoy's `streams_failed + message_timeouts + failure_mode_allowed + "

@@ -13,7 +13,7 @@
 //! the request headers answer asks for the response headers (a
 //! `mode_override`, as the kernel's does for a route with response policies:
 //! K1), with `--messages 1` it skips them (an unknown route: K0). Like the
-//! kernel, it ends the stream right after its last answer.
+//! kernel, it ends a stream when Envoy half-closes it.
 
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -54,29 +54,25 @@ struct Floor {
 }
 
 impl Floor {
-    /// CONTINUE to `msg`, and whether it is the stream's last answer.
-    fn answer(&self, msg: &ProcessingRequest) -> (ProcessingResponse, bool) {
+    /// CONTINUE to `msg`.
+    fn answer(&self, msg: &ProcessingRequest) -> ProcessingResponse {
         let mut resp = pk_loadgen::msgs::continue_for(msg);
-        match msg.request {
-            Some(Msg::RequestHeaders(_)) => {
-                let headers = if self.messages == 2 {
-                    HeaderSendMode::Send
-                } else {
-                    HeaderSendMode::Skip
-                };
-                resp.mode_override = Some(ProcessingMode {
-                    request_header_mode: HeaderSendMode::Send as i32,
-                    response_header_mode: headers as i32,
-                    request_body_mode: BodySendMode::None as i32,
-                    response_body_mode: BodySendMode::None as i32,
-                    request_trailer_mode: HeaderSendMode::Skip as i32,
-                    response_trailer_mode: HeaderSendMode::Skip as i32,
-                });
-                (resp, self.messages == 1)
-            }
-            Some(Msg::ResponseHeaders(_)) => (resp, true),
-            _ => (resp, false),
+        if let Some(Msg::RequestHeaders(_)) = msg.request {
+            let headers = if self.messages == 2 {
+                HeaderSendMode::Send
+            } else {
+                HeaderSendMode::Skip
+            };
+            resp.mode_override = Some(ProcessingMode {
+                request_header_mode: HeaderSendMode::Send as i32,
+                response_header_mode: headers as i32,
+                request_body_mode: BodySendMode::None as i32,
+                response_body_mode: BodySendMode::None as i32,
+                request_trailer_mode: HeaderSendMode::Skip as i32,
+                response_trailer_mode: HeaderSendMode::Skip as i32,
+            });
         }
+        resp
     }
 }
 
@@ -92,25 +88,14 @@ impl ExternalProcessor for Floor {
     ) -> Result<Response<Self::ProcessStream>, Status> {
         let mut inbound = request.into_inner();
         let floor = *self;
-        let mut last = false;
         let first = match inbound.message().now_or_never() {
-            Some(Ok(Some(msg))) => {
-                let (resp, end) = self.answer(&msg);
-                last = end;
-                Some(Ok(resp))
-            }
+            Some(Ok(Some(msg))) => Some(Ok(self.answer(&msg))),
             Some(Ok(None) | Err(_)) => return Ok(Response::new(Box::pin(futures::stream::empty()))),
             None => None,
         };
-        let rest = futures::stream::unfold((inbound, last), move |(mut inbound, last)| async move {
-            if last {
-                return None;
-            }
+        let rest = futures::stream::unfold(inbound, move |mut inbound| async move {
             match inbound.message().await {
-                Ok(Some(msg)) => {
-                    let (resp, end) = floor.answer(&msg);
-                    Some((Ok(resp), (inbound, end)))
-                }
+                Ok(Some(msg)) => Some((Ok(floor.answer(&msg)), inbound)),
                 Ok(None) | Err(_) => None,
             }
         });
