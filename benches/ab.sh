@@ -46,13 +46,8 @@ fi
 if [ "$RATE" = 0 ]; then LOAD=(--concurrency 32); else LOAD=(--rate "$RATE" --concurrency 1024); fi
 if [ "$(id -u)" = 0 ]; then NICE=${PK_BENCH_NICE:--10}; else NICE=${PK_BENCH_NICE:-0}; fi
 OUT=$(mktemp -d "${TMPDIR:-/tmp}/pk-ab.XXXXXX")
-PIDS=()
-cleanup() {
-  local p
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-  PIDS=()
-}
+# shellcheck source=benches/lib.sh
+. "$ROOT/benches/lib.sh"
 trap cleanup EXIT
 
 cpu_ctx() { # cpu_ctx PID: "CPU_µs context_switches" of the process (all threads)
@@ -73,17 +68,7 @@ EOF
 
 envoy_run() { # envoy_run NAME RUN_DIR KERNEL_PID AGENT_PID: Envoy + pk-http
   local name=$1 run=$2 k=$3 agent_a=$4 port admin up e i before=() after=() p pids
-  read -r port admin up <<<"$(python3 -c '
-import random, socket
-low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
-pool = list(range(10000, low)); random.shuffle(pool); out = []
-for p in pool:
-    with socket.socket() as s:
-        try: s.bind(("127.0.0.1", p))
-        except OSError: continue
-    out.append(p)
-    if len(out) == 3: break
-print(*out)')"
+  read -r port admin up <<<"$(free_ports 3)"
   sed -e "s#@PORT@#$port#; s#@ADMIN_PORT@#$admin#; s#@UPSTREAM_PORT@#$up#g; s#@KERNEL_SOCK@#$run/kernel.sock#" \
     "$ROOT/benches/configs/envoy.yaml" >"$run/envoy.yaml"
   [ -z "$k" ] && sed -i '/^ *# >>> ext_proc$/,/^ *# <<< ext_proc$/d' "$run/envoy.yaml"
@@ -123,7 +108,7 @@ EOF
 }
 
 one_run() { # one_run NAME KERNEL AGENT
-  local name=$1 kernel=$2 agent=$3 run a k i
+  local name=$1 kernel=$2 agent=$3 run k i
   run=$(mktemp -d "$OUT/run.XXXX")
   if [ "$ENVOY_AB" = 1 ] && [ "$kernel" = none ]; then
     envoy_run "$name" "$run" "" ""
@@ -141,22 +126,12 @@ one_run() { # one_run NAME KERNEL AGENT
     return
   fi
   sed "s#@RUN@#$run#g" "$ROOT/benches/configs/kernel.yaml" >"$run/kernel.yaml"
-  for a in a b body; do
-    taskset -c "$AGENT_CPU" nice -n "$NICE" "$agent" --socket "$run/agent-$a.sock" \
-      --script "$ROOT/benches/configs/agent-$a.yaml" >"$run/agent-$a.log" 2>&1 &
-    PIDS+=($!)
-  done
+  spawn_agents "$run" "$agent" taskset -c "$AGENT_CPU" nice -n "$NICE"
   local agent_a=${PIDS[0]}
-  for a in a b body; do
-    for i in $(seq 200); do [ -S "$run/agent-$a.sock" ] && break; sleep 0.05; done
-  done
   taskset -c 0 nice -n "$NICE" "$kernel" --config="$run/kernel.yaml" >"$run/kernel.log" 2>&1 &
   k=$!
   PIDS+=("$k")
-  for i in $(seq 200); do
-    [ -S "$run/kernel.sock" ] && [ "$(grep -c 'agent discovered' "$run/kernel.log")" -ge 3 ] && break
-    sleep 0.05
-  done
+  wait_kernel "$run" "$run/kernel.log" 100
   sleep 0.5
   if [ "$ENVOY_AB" = 1 ]; then
     envoy_run "$name" "$run" "$k" "$agent_a"

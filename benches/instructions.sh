@@ -27,13 +27,8 @@ for b in "$KERNEL" "$BIN/pk-floor" "$BIN/pk-loadgen" "$BIN/policy-test-agent"; d
 done
 [ $# -gt 0 ] || set -- F K0 K1 K3
 OUT=$(mktemp -d "${TMPDIR:-/tmp}/pk-ir.XXXXXX")
-PIDS=()
-cleanup() {
-  local p
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-  PIDS=()
-}
+# shellcheck source=benches/lib.sh
+. "$ROOT/benches/lib.sh"
 trap cleanup EXIT
 
 route_of() {
@@ -47,7 +42,7 @@ route_of() {
 
 # measure SCENARIO SECONDS: prints "STREAMS IR"
 measure() {
-  local label=$1 secs=$2 run target a i
+  local label=$1 secs=$2 run target i
   run=$(mktemp -d "$OUT/$label.XXXX")
   if [ "$label" = F ]; then
     valgrind --tool=callgrind --callgrind-out-file="$run/cg.out" "$BIN/pk-floor" --socket "$run/kernel.sock" \
@@ -57,22 +52,12 @@ measure() {
     for i in $(seq 600); do [ -S "$run/kernel.sock" ] && break; sleep 0.1; done
   else
     sed "s#@RUN@#$run#g" "$ROOT/benches/configs/kernel.yaml" >"$run/kernel.yaml"
-    for a in a b body; do
-      "$BIN/policy-test-agent" --socket "$run/agent-$a.sock" --script "$ROOT/benches/configs/agent-$a.yaml" \
-        >"$run/agent-$a.log" 2>&1 &
-      PIDS+=($!)
-    done
-    for a in a b body; do
-      for i in $(seq 200); do [ -S "$run/agent-$a.sock" ] && break; sleep 0.05; done
-    done
+    spawn_agents "$run" "$BIN/policy-test-agent"
     valgrind --tool=callgrind --callgrind-out-file="$run/cg.out" "$KERNEL" --config="$run/kernel.yaml" \
       >"$run/target.log" 2>&1 &
     target=$!
     PIDS+=("$target")
-    for i in $(seq 600); do
-      [ -S "$run/kernel.sock" ] && [ "$(grep -c 'agent discovered' "$run/target.log")" -ge 3 ] && break
-      sleep 0.1
-    done
+    wait_kernel "$run" "$run/target.log" 600
   fi
   sleep 1
   "$BIN/pk-loadgen" --target "unix:$run/kernel.sock" --route "$(route_of "$label")" --rate "$RATE" \

@@ -53,6 +53,9 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
+# free_ports (run.sh keeps its own PIDS and cleanup, defined below)
+# shellcheck source=benches/lib.sh
+. "$ROOT/benches/lib.sh"
 
 SMOKE=0 CRITERION=1 DIRECT=1 ENVOY_E2E=1 RESULTS=1 PERF=0 INSTRUCTIONS=1
 for arg in "$@"; do
@@ -135,26 +138,6 @@ wait_for() { # wait_for SECONDS CMD...: polls CMD every 50 ms
     if [ "$(date +%s)" -ge "$deadline" ]; then return 1; fi
     sleep 0.05
   done
-}
-free_ports() { # free_ports N: N distinct loopback ports, free now, below the ephemeral
-  # range (which outgoing connections may take between this check and the bind)
-  python3 - "$1" <<'EOF'
-import random, socket, sys
-low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
-pool = list(range(10000, low)) if low > 12000 else list(range(61000, 65000))
-random.shuffle(pool)
-found = []
-for port in pool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-    found.append(port)
-    if len(found) == int(sys.argv[1]):
-        break
-print(" ".join(map(str, found)))
-EOF
 }
 http_get() { python3 - "$1" <<'EOF'
 import sys, urllib.request

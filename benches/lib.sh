@@ -1,0 +1,63 @@
+# Shell helpers shared by the bench scripts (ab.sh, instructions.sh, run.sh);
+# sourced, not run. Expects ROOT (the repository).
+
+# Processes started by the script, stopped by `cleanup` (also at exit when
+# the script traps it).
+PIDS=()
+cleanup() {
+  local p
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  PIDS=()
+}
+
+# free_ports N: N distinct loopback ports, free now, below the ephemeral
+# range (which outgoing connections may take between this check and the bind).
+free_ports() {
+  python3 - "$1" <<'EOF'
+import random, socket, sys
+low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+pool = list(range(10000, low)) if low > 12000 else list(range(61000, 65000))
+random.shuffle(pool)
+found = []
+for port in pool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+    found.append(port)
+    if len(found) == int(sys.argv[1]):
+        break
+print(" ".join(map(str, found)))
+EOF
+}
+
+# spawn_agents RUN_DIR AGENT_BIN [WRAPPER...]: the scenarios' three no-op
+# agents (benches/configs/agent-{a,b,body}.yaml) with their sockets and logs
+# in RUN_DIR, each started under WRAPPER (e.g. taskset -c 0 nice -n -10),
+# added to PIDS (agent-a first); returns once their sockets exist.
+spawn_agents() {
+  local run=$1 agent=$2 a i
+  shift 2
+  for a in a b body; do
+    "$@" "$agent" --socket "$run/agent-$a.sock" --script "$ROOT/benches/configs/agent-$a.yaml" \
+      >"$run/agent-$a.log" 2>&1 &
+    PIDS+=($!)
+  done
+  for a in a b body; do
+    for i in $(seq 200); do [ -S "$run/agent-$a.sock" ] && break; sleep 0.05; done
+  done
+}
+
+# wait_kernel RUN_DIR LOG TRIES: polls every 0.1 s, at most TRIES times, until
+# RUN_DIR/kernel.sock exists and LOG says the three agents were discovered.
+wait_kernel() {
+  local i
+  for i in $(seq "$3"); do
+    [ -S "$1/kernel.sock" ] && [ "$(grep -c 'agent discovered' "$2")" -ge 3 ] && return 0
+    sleep 0.1
+  done
+  echo "kernel not ready after $3 tries: $2" >&2
+  return 1
+}
