@@ -62,6 +62,15 @@ pub fn free_port() -> u16 {
     panic!("no free loopback port in {base}..{}", base + span)
 }
 
+/// Polls `f` every 20 ms until it holds; fails the test after `timeout`.
+pub async fn until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Waits until something accepts on the Unix socket `path`.
 pub fn wait_socket(path: &Path, timeout: Duration) {
     let deadline = Instant::now() + timeout;
