@@ -9,7 +9,8 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use policy_agents::cli::{init_tracing, ServeArgs};
 use policy_agents::reference::guardrail::{
-    verify_journal, AddSecurityHeaders, AuditError, AuditLog, JournalOptions, PiiRedaction, PromptInjectionGuard,
+    compile_patterns, verify_journal, AddSecurityHeaders, AuditError, AuditLog, JournalOptions, PiiRedaction,
+    PromptInjectionGuard,
 };
 use policy_agents::Agent;
 
@@ -92,6 +93,7 @@ async fn main() -> anyhow::Result<ExitCode> {
         fsync_interval: Duration::from_millis(args.audit_fsync_ms),
     };
     tracing::info!(audit = %audit_path.display(), "default audit journal");
+    compile_patterns().map_err(|e| anyhow::anyhow!("guardrail patterns: {}", e.message()))?;
     let builder = Agent::builder("guardrail-agent", env!("CARGO_PKG_VERSION"))
         .policy(AddSecurityHeaders)
         .policy(PromptInjectionGuard)

@@ -25,3 +25,16 @@ pub use headers::{parse_header_block, AddSecurityHeaders};
 pub use injection::PromptInjectionGuard;
 pub use pii::PiiRedaction;
 pub use redactor::{Counts, PiiType, Redactor};
+
+/// Compiles the prompt-injection classifier's and the PII redactor's
+/// patterns now. Left to the first request that needs them, the compile
+/// holds one of the agent's worker threads meanwhile, and on a busy machine
+/// a health check queued behind it missed its 100 ms timeout: the kernel
+/// then marked the agent unhealthy and answered 503 for a second. An agent
+/// calls this before it serves; a pattern that does not compile is an error
+/// at startup rather than on every request.
+pub fn compile_patterns() -> Result<(), crate::PolicyError> {
+    Classifier::shared()?;
+    Redactor::shared()?;
+    Ok(())
+}
