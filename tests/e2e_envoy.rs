@@ -357,9 +357,11 @@ async fn timeouts_follow_fail_open_and_invalid_replies_fail_closed() {
     assert_eq!(r.echoed_header("x-slow"), None);
     // The cancellation reaches the agent after the answer left: wait for it.
     let cancelled = "cancel slowOpen slow-1".to_string();
-    until("the agent to see the call cancelled", Duration::from_secs(5), || {
-        s.agents[0].events().contains(&cancelled)
-    })
+    until(
+        "the agent to see the call cancelled",
+        Duration::from_secs(5),
+        || async { s.agents[0].events().contains(&cancelled) },
+    )
     .await;
     // Fail-closed: policy_failure_response.
     let r = s.get("/fail", &[]).await;

@@ -5,7 +5,7 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ext_proc::v3::{processing_response::Response, ProcessingResponse};
 use support::extproc::{self, Stream};
@@ -32,14 +32,6 @@ fn set_header(r: &ProcessingResponse, name: &str) -> Option<String> {
         .filter_map(|o| o.header.as_ref())
         .find(|h| h.key == name)
         .map(|h| String::from_utf8_lossy(&h.raw_value).into_owned())
-}
-
-async fn until<F: std::future::Future<Output = bool>>(what: &str, timeout: Duration, mut f: impl FnMut() -> F) {
-    let deadline = Instant::now() + timeout;
-    while !f().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
 }
 
 const TAG: &str = "policies:\n  - name: tag\n    request:\n      - set_header: {name: x-tag, value: \"${agent}\"}\n";

@@ -132,7 +132,7 @@ impl Stack {
         self.kernel.write_config(body);
         self.kernel.proc.signal("HUP");
         let k = &self.kernel;
-        until("reload", Duration::from_secs(10), || {
+        until("reload", Duration::from_secs(10), || async {
             k.metric("policy_kernel_config_version") > before
         })
         .await;
@@ -1055,7 +1055,7 @@ async fn stream_abuse_resets() {
         ),
     );
     let k = &kernel;
-    until("agent healthy", Duration::from_secs(10), || {
+    until("agent healthy", Duration::from_secs(10), || async {
         k.metric(r#"policy_kernel_agent_health{agent="held"}"#) == 1.0
     })
     .await;
@@ -1200,7 +1200,7 @@ async fn stream_abuse_resets() {
     let failed = st.exchange(extproc::request_headers(Some("probe"), &[])).await;
     probe.restart();
     let k = &kernel;
-    until("probe agent healthy again", Duration::from_secs(10), || {
+    until("probe agent healthy again", Duration::from_secs(10), || async {
         k.metric(r#"policy_kernel_agent_health{agent="probe"}"#) == 1.0
     })
     .await;

@@ -63,9 +63,9 @@ pub fn free_port() -> u16 {
 }
 
 /// Polls `f` every 20 ms until it holds; fails the test after `timeout`.
-pub async fn until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+pub async fn until<F: std::future::Future<Output = bool>>(what: &str, timeout: Duration, mut f: impl FnMut() -> F) {
     let deadline = Instant::now() + timeout;
-    while !f() {
+    while !f().await {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
