@@ -66,8 +66,12 @@ print(int(cpu), cs)
 EOF
 }
 
+envoy_live() { # envoy_live ADMIN_PORT
+  curl -s "http://127.0.0.1:$1/ready" | grep -q LIVE
+}
+
 envoy_run() { # envoy_run NAME RUN_DIR KERNEL_PID AGENT_PID: Envoy + pk-http
-  local name=$1 run=$2 k=$3 agent_a=$4 port admin up e i before=() after=() p pids
+  local name=$1 run=$2 k=$3 agent_a=$4 port admin up e before=() after=() p pids
   read -r port admin up <<<"$(free_ports 3)"
   sed -e "s#@PORT@#$port#; s#@ADMIN_PORT@#$admin#; s#@UPSTREAM_PORT@#$up#g; s#@KERNEL_SOCK@#$run/kernel.sock#" \
     "$ROOT/benches/configs/envoy.yaml" >"$run/envoy.yaml"
@@ -76,10 +80,7 @@ envoy_run() { # envoy_run NAME RUN_DIR KERNEL_PID AGENT_PID: Envoy + pk-http
     --base-id "$port" >"$run/envoy.log" 2>&1 &
   e=$!
   PIDS+=("$e")
-  for i in $(seq 200); do
-    curl -s "http://127.0.0.1:$admin/ready" 2>/dev/null | grep -q LIVE && break
-    sleep 0.05
-  done
+  wait_for 10 envoy_live "$admin" || { echo "envoy did not start: $run/envoy.log" >&2; return 1; }
   pids="$e ${k:-} ${agent_a:-}"
   taskset -c 1 nice -n "$NICE" "$BIN/pk-http" --rate "$RATE" --connections 8 --duration "$DUR" --warmup 2 \
     --log-file "$run/http.log" "http://127.0.0.1:$port/k1/users" >"$run/http.txt" 2>>"$OUT/loadgen.err" &
@@ -93,8 +94,9 @@ envoy_run() { # envoy_run NAME RUN_DIR KERNEL_PID AGENT_PID: Envoy + pk-http
 import json, sys
 name, log, dur, rate, before, after, pids = sys.argv[1:8]
 reqs = float(rate) * float(dur)
-lat = sorted(int(l.split()[2]) for l in open(log) if l.strip())
-ok = sum(1 for l in open(log) if l.strip() and l.split()[1].startswith("2"))
+rows = [l.split() for l in open(log) if l.strip()]
+lat = sorted(int(r[2]) for r in rows)
+ok = sum(1 for r in rows if r[1].startswith("2"))
 b, a = list(map(int, before.split())), list(map(int, after.split()))
 roles = ["envoy", "kernel", "agent-a"][: len(b) // 2]
 per = {r: {"cpu_us_per_stream": (a[2 * i] - b[2 * i]) / reqs,
@@ -108,7 +110,7 @@ EOF
 }
 
 one_run() { # one_run NAME KERNEL AGENT
-  local name=$1 kernel=$2 agent=$3 run k i
+  local name=$1 kernel=$2 agent=$3 run k
   run=$(mktemp -d "$OUT/run.XXXX")
   if [ "$ENVOY_AB" = 1 ] && [ "$kernel" = none ]; then
     envoy_run "$name" "$run" "" ""
@@ -120,7 +122,7 @@ one_run() { # one_run NAME KERNEL AGENT
       >"$run/floor.log" 2>&1 &
     k=$!
     PIDS+=("$k")
-    for i in $(seq 200); do [ -S "$run/kernel.sock" ] && break; sleep 0.05; done
+    wait_for 10 test -S "$run/kernel.sock" || { echo "pk-floor did not start" >&2; return 1; }
     envoy_run "$name" "$run" "$k" ""
     cleanup
     return
@@ -131,7 +133,7 @@ one_run() { # one_run NAME KERNEL AGENT
   taskset -c 0 nice -n "$NICE" "$kernel" --config="$run/kernel.yaml" >"$run/kernel.log" 2>&1 &
   k=$!
   PIDS+=("$k")
-  wait_kernel "$run" "$run/kernel.log" 100
+  wait_kernel "$run" "$run/kernel.log" 10
   sleep 0.5
   if [ "$ENVOY_AB" = 1 ]; then
     envoy_run "$name" "$run" "$k" "$agent_a"

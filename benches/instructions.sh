@@ -42,14 +42,14 @@ route_of() {
 
 # measure SCENARIO SECONDS: prints "STREAMS IR"
 measure() {
-  local label=$1 secs=$2 run target i
+  local label=$1 secs=$2 run target
   run=$(mktemp -d "$OUT/$label.XXXX")
   if [ "$label" = F ]; then
     valgrind --tool=callgrind --callgrind-out-file="$run/cg.out" "$BIN/pk-floor" --socket "$run/kernel.sock" \
       >"$run/target.log" 2>&1 &
     target=$!
     PIDS+=("$target")
-    for i in $(seq 600); do [ -S "$run/kernel.sock" ] && break; sleep 0.1; done
+    wait_for 60 test -S "$run/kernel.sock" || { echo "pk-floor did not start under valgrind" >&2; return 1; }
   else
     sed "s#@RUN@#$run#g" "$ROOT/benches/configs/kernel.yaml" >"$run/kernel.yaml"
     spawn_agents "$run" "$BIN/policy-test-agent"
@@ -57,7 +57,7 @@ measure() {
       >"$run/target.log" 2>&1 &
     target=$!
     PIDS+=("$target")
-    wait_kernel "$run" "$run/target.log" 600
+    wait_kernel "$run" "$run/target.log" 60
   fi
   sleep 1
   "$BIN/pk-loadgen" --target "unix:$run/kernel.sock" --route "$(route_of "$label")" --rate "$RATE" \

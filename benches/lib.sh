@@ -33,12 +33,23 @@ print(" ".join(map(str, found)))
 EOF
 }
 
+# wait_for SECONDS CMD...: polls CMD every 50 ms until it succeeds; status 1
+# when SECONDS pass first.
+wait_for() {
+  local deadline=$(( $(date +%s) + $1 ))
+  shift
+  until "$@" >/dev/null 2>&1; do
+    if [ "$(date +%s)" -ge "$deadline" ]; then return 1; fi
+    sleep 0.05
+  done
+}
+
 # spawn_agents RUN_DIR AGENT_BIN [WRAPPER...]: the scenarios' three no-op
 # agents (benches/configs/agent-{a,b,body}.yaml) with their sockets and logs
 # in RUN_DIR, each started under WRAPPER (e.g. taskset -c 0 nice -n -10),
 # added to PIDS (agent-a first); returns once their sockets exist.
 spawn_agents() {
-  local run=$1 agent=$2 a i
+  local run=$1 agent=$2 a
   shift 2
   for a in a b body; do
     "$@" "$agent" --socket "$run/agent-$a.sock" --script "$ROOT/benches/configs/agent-$a.yaml" \
@@ -46,18 +57,17 @@ spawn_agents() {
     PIDS+=($!)
   done
   for a in a b body; do
-    for i in $(seq 200); do [ -S "$run/agent-$a.sock" ] && break; sleep 0.05; done
+    wait_for 10 test -S "$run/agent-$a.sock" || { echo "agent-$a did not start: $run/agent-$a.log" >&2; return 1; }
   done
 }
 
-# wait_kernel RUN_DIR LOG TRIES: polls every 0.1 s, at most TRIES times, until
-# RUN_DIR/kernel.sock exists and LOG says the three agents were discovered.
+# kernel_ready RUN_DIR LOG: RUN_DIR/kernel.sock exists and LOG says the three
+# agents were discovered.
+kernel_ready() {
+  [ -S "$1/kernel.sock" ] && [ "$(grep -c 'agent discovered' "$2")" -ge 3 ]
+}
+
+# wait_kernel RUN_DIR LOG SECONDS: waits until kernel_ready.
 wait_kernel() {
-  local i
-  for i in $(seq "$3"); do
-    [ -S "$1/kernel.sock" ] && [ "$(grep -c 'agent discovered' "$2")" -ge 3 ] && return 0
-    sleep 0.1
-  done
-  echo "kernel not ready after $3 tries: $2" >&2
-  return 1
+  wait_for "$3" kernel_ready "$1" "$2" || { echo "kernel not ready after $3 s: $2" >&2; return 1; }
 }

@@ -53,7 +53,7 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
-# free_ports (run.sh keeps its own PIDS and cleanup, defined below)
+# free_ports, wait_for (run.sh keeps its own PIDS and cleanup, defined below)
 # shellcheck source=benches/lib.sh
 . "$ROOT/benches/lib.sh"
 
@@ -130,14 +130,6 @@ stop_all() {
   local p
   for p in "${PIDS[@]}"; do stop_pid "$p"; done
   PIDS=()
-}
-wait_for() { # wait_for SECONDS CMD...: polls CMD every 50 ms
-  local deadline=$(( $(date +%s) + $1 ))
-  shift
-  until "$@" >/dev/null 2>&1; do
-    if [ "$(date +%s)" -ge "$deadline" ]; then return 1; fi
-    sleep 0.05
-  done
 }
 http_get() { python3 - "$1" <<'EOF'
 import sys, urllib.request
