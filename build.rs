@@ -4,6 +4,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let proto = "proto/policy_agent.proto";
     println!("cargo:rerun-if-changed={proto}");
     let fds = protox::compile([proto], ["proto"])?;
-    tonic_prost_build::configure().bytes(".").compile_fds(fds)?;
+    // Agent calls decode from one contiguous buffer: see policy_net::codec.
+    tonic_prost_build::configure()
+        .bytes(".")
+        .codec_path("policy_net::codec::ContiguousCodec")
+        .compile_fds(fds)?;
     Ok(())
 }

@@ -8,7 +8,11 @@
 # shutdown. The target's kernel-mode time (syscalls, wake-ups) is not
 # counted: this is the code's own cost, the part the kernel controls.
 #
-# Usage: bash benches/instructions.sh [SCENARIO...]   (default: F K0 K1 K3)
+# Scenario A1 counts the other side of K1's calls: the no-op agent
+# (policy-test-agent, agent-a) under callgrind, the kernel native; per K1
+# stream, that is per two agent calls.
+#
+# Usage: bash benches/instructions.sh [SCENARIO...]   (default: F K0 K1 K3 A1)
 #   PK_IR_RATE (default 200 streams/s), PK_IR_SHORT / PK_IR_LONG (2 / 6 s),
 #   PK_IR_KERNEL (default target/release/policy-kernel).
 # Needs valgrind (apt-get install valgrind) and release binaries
@@ -25,7 +29,7 @@ command -v valgrind >/dev/null || { echo "valgrind not found: apt-get install va
 for b in "$KERNEL" "$BIN/pk-floor" "$BIN/pk-loadgen" "$BIN/policy-test-agent"; do
   [ -x "$b" ] || { echo "missing $b: cargo build --release --workspace" >&2; exit 2; }
 done
-[ $# -gt 0 ] || set -- F K0 K1 K3
+[ $# -gt 0 ] || set -- F K0 K1 K3 A1
 OUT=$(mktemp -d "${TMPDIR:-/tmp}/pk-ir.XXXXXX")
 # shellcheck source=benches/lib.sh
 . "$ROOT/benches/lib.sh"
@@ -33,10 +37,10 @@ trap cleanup EXIT
 
 route_of() {
   case $1 in
-    F | K1) echo k1 ;;
+    F | K1 | A1) echo k1 ;;
     K0) echo k0-unknown ;;
     K3) echo k3 ;;
-    *) echo "unknown scenario $1 (F K0 K1 K3)" >&2; exit 2 ;;
+    *) echo "unknown scenario $1 (F K0 K1 K3 A1)" >&2; exit 2 ;;
   esac
 }
 
@@ -50,6 +54,16 @@ measure() {
     target=$!
     PIDS+=("$target")
     wait_for 60 test -S "$run/kernel.sock" || { echo "pk-floor did not start under valgrind" >&2; return 1; }
+  elif [ "$label" = A1 ]; then
+    # All three agents under callgrind (agent-a is the one K1 calls), the
+    # kernel native.
+    sed "s#@RUN@#$run#g" "$ROOT/benches/configs/kernel.yaml" >"$run/kernel.yaml"
+    local first=${#PIDS[@]}
+    spawn_agents "$run" "$BIN/policy-test-agent" valgrind --tool=callgrind --callgrind-out-file="$run/agent.%p.cg"
+    target=${PIDS[$first]}
+    "$KERNEL" --config="$run/kernel.yaml" >"$run/kernel.log" 2>&1 &
+    PIDS+=($!)
+    wait_kernel "$run" "$run/kernel.log" 60
   else
     sed "s#@RUN@#$run#g" "$ROOT/benches/configs/kernel.yaml" >"$run/kernel.yaml"
     spawn_agents "$run" "$BIN/policy-test-agent"
@@ -66,6 +80,7 @@ measure() {
   kill "$target"
   wait "$target" 2>/dev/null || true
   cleanup
+  [ "$label" = A1 ] && mv "$run/agent.$target.cg" "$run/cg.out"
   python3 - "$run/loadgen.json" "$run/cg.out" <<'EOF'
 import json, sys
 row = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")][-1]

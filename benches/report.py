@@ -273,7 +273,9 @@ def cmd_table(a):
             o.append("User-space instructions of the floor or kernel process per stream at 200 streams/s (each "
                      "message on its own, as at 1,000/s), from the difference of a 2 s and a 6 s run: start-up "
                      "excluded. Unlike CPU time they do not move with the machine's load; syscalls and wake-ups "
-                     "in the OS kernel are not in them. F and K1 have two messages per stream, K0 one.")
+                     "in the OS kernel are not in them. F and K1 have two messages per stream, K0 one. A1 is the "
+                     "other side of K1: the no-op agent (policy-test-agent) per K1 stream, that is per two "
+                     "unary calls.")
     pin = R.get("K1@max-pinned")
     if pin:
         cap = 1e6 / pin["cpu_us_per_stream"] if pin.get("cpu_us_per_stream") else None

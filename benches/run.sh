@@ -34,8 +34,8 @@
 #   --no-direct    skip the direct pk-loadgen scenarios
 #   --no-envoy     skip the end-to-end scenarios
 #   --no-instructions skip the instruction counts (benches/instructions.sh:
-#                  F, K0, K1, K3 under valgrind callgrind, which run.sh installs
-#                  when missing; about a minute and a half)
+#                  F, K0, K1, K3, A1 under valgrind callgrind, which run.sh installs
+#                  when missing; about two minutes)
 #   --no-results   do not append to benches/RESULTS.md
 #   --perf         also profile the kernel under K1 and K3 (an extra closed-loop
 #                  run under `perf record -e task-clock --call-graph dwarf`,
@@ -320,8 +320,8 @@ if [ "$INSTRUCTIONS" = 1 ] && [ "$SMOKE" = 0 ]; then
     { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind; } >"$RUN/apt-valgrind.log" 2>&1 || true
   fi
   if command -v valgrind >/dev/null; then
-    log "instructions per stream (callgrind): F K0 K1 K3"
-    bash "$ROOT/benches/instructions.sh" F K0 K1 K3 >"$RUN/instructions.md" 2>>"$RUN/instructions.err" \
+    log "instructions per stream (callgrind): F K0 K1 K3 A1"
+    bash "$ROOT/benches/instructions.sh" F K0 K1 K3 A1 >"$RUN/instructions.md" 2>>"$RUN/instructions.err" \
       || { log "instruction counts failed: $RUN/instructions.err"; rm -f "$RUN/instructions.md"; }
   else
     log "valgrind not available: instruction counts skipped"

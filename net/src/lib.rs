@@ -1,4 +1,6 @@
-//! Unix-socket streams that wake their task only for reads.
+//! Transport shared by the kernel and its agents: Unix-socket streams that
+//! wake their task only for reads ([`UnixConn`]), and the gRPC codec of the
+//! agent protocol ([`codec::ContiguousCodec`]).
 //!
 //! Tokio registers every socket with epoll for readability and writability
 //! (edge-triggered). On a Unix stream socket the kernel signals writability
@@ -20,6 +22,8 @@ use std::os::unix::net::UnixStream as StdUnixStream;
 use std::path::Path;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
+
+pub mod codec;
 
 use futures::{Stream, StreamExt};
 use tokio::io::unix::AsyncFd;
