@@ -207,7 +207,7 @@ async fn conflicts_deny_rewrite_and_response_changes() {
       - set_header: {name: x-gate, value: passed}
   - name: rewrite
     request:
-      - set_path: /rewritten/path
+      - set_path: /moved/path
       - set_query_param: {name: user, value: "a b"}
       - remove_query_param: debug
       - set_method: POST
@@ -248,11 +248,17 @@ async fn conflicts_deny_rewrite_and_response_changes() {
     assert_eq!(r.status, 200);
     assert_eq!(r.echoed_header("x-after").as_deref(), Some("ran"));
 
-    // Path, query and method rewrite, as the upstream saw them.
+    // Path, query and method rewrite, as the upstream saw them; Envoy routed
+    // the request by its new path (route `moved`, not `rewrite`).
     let r = s.get("/rewrite/orig?keep=1&debug=true", &[]).await;
     assert_eq!(r.status, 200, "{}", s.diag());
     assert_eq!(r.echo()["method"], "POST");
-    assert_eq!(r.echo()["path"], "/rewritten/path?keep=1&user=a%20b");
+    assert_eq!(r.echo()["path"], "/moved/path?keep=1&user=a%20b");
+    assert_eq!(
+        r.echoed_header("x-routed-by").as_deref(),
+        Some("moved"),
+        "not re-routed"
+    );
 
     // Response header and :status override.
     let r = s.get("/resp", &[("x-echo-status", "404")]).await;
@@ -311,9 +317,16 @@ async fn bodies_are_buffered_only_when_needed_and_replaced() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn request_body_replacement_reaches_upstream() {
-    let agent = REQ_BODY;
-    let routes = "    - route_name: body\n      request_policy_chain: [{policy: reqBody}]\n";
-    let s = Stack::start(&[("bodyagent", agent, "")], routes).await;
+    // A rewrite decided on the body (answered to Envoy's body message)
+    // re-routes the request too.
+    let agent = REQ_BODY.to_string()
+        + r#"  - name: moveOnBody
+    requires_body: true
+    request:
+      - set_path: /moved/after-body
+"#;
+    let routes = "    - route_name: body\n      request_policy_chain: [{policy: reqBody}, {policy: moveOnBody}]\n";
+    let s = Stack::start(&[("bodyagent", &agent, "")], routes).await;
     let r = s
         .req(
             "POST",
@@ -328,6 +341,8 @@ async fn request_body_replacement_reaches_upstream() {
     assert_eq!(e["headers"]["content-length"], "21");
     assert_eq!(e["headers"]["content-type"], "text/plain");
     assert_eq!(e["headers"]["x-saw-body"], r#"{"original":true}"#);
+    assert_eq!(e["path"], "/moved/after-body");
+    assert_eq!(e["headers"]["x-routed-by"], "moved", "not re-routed");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

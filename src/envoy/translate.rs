@@ -40,6 +40,13 @@ impl Answer {
     fn is_headers(self) -> bool {
         matches!(self, Answer::RequestHeaders | Answer::ResponseHeaders)
     }
+
+    fn is_request(self) -> bool {
+        matches!(
+            self,
+            Answer::RequestHeaders | Answer::RequestBody | Answer::RequestTrailers
+        )
+    }
 }
 
 fn option(key: &str, value: Bytes, append: bool) -> HeaderValueOption {
@@ -95,6 +102,14 @@ pub fn header_mutation(m: &Mutations) -> Option<HeaderMutation> {
 /// The common response for merged mutations answering `answer`. A body
 /// replaced while answering a headers message uses CONTINUE_AND_REPLACE, the
 /// only way Envoy accepts a body there.
+///
+/// When the request's path, query, method or headers change, the answer asks
+/// Envoy to clear its route cache, so that the request goes where its new
+/// path and headers route it (a `SetPath` to `/v2/...` reaches the `/v2`
+/// route's cluster, as spec §7.4.3 means it to); otherwise Envoy keeps the
+/// route it matched before the policies ran. Envoy ignores the flag in the
+/// response direction; its filter option `route_cache_action: RETAIN` turns
+/// it off.
 pub fn common(m: &Mutations, answer: Answer) -> CommonResponse {
     let body = m.body.as_ref().map(|(b, _, _)| BodyMutation {
         mutation: Some(body_mutation::Mutation::Body(b.to_vec())),
@@ -104,10 +119,12 @@ pub fn common(m: &Mutations, answer: Answer) -> CommonResponse {
     } else {
         ResponseStatus::Continue
     };
+    let reroute = answer.is_request() && (!m.headers.is_empty() || m.path.is_some() || m.method.is_some());
     CommonResponse {
         status: status as i32,
         header_mutation: header_mutation(m),
         body_mutation: body,
+        clear_route_cache: reroute,
         ..Default::default()
     }
 }

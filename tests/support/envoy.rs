@@ -32,6 +32,7 @@ pub struct Envoy {
 }
 
 /// The routes every test Envoy has: `/NAME...` goes to route `NAME`;
+/// `/moved...` to route `moved`, which adds `x-routed-by: moved` upstream;
 /// anything else to the route `unlisted`.
 pub const ROUTES: [&str; 12] = [
     "users", "admin", "chain", "conflict", "deny", "rewrite", "resp", "body", "slow", "fail", "invalid", "flaky",
@@ -68,7 +69,13 @@ static_resources:
             - name: all
               domains: ["*"]
               routes:
-{routes}              - name: unlisted
+{routes}              # Only reachable by a rewrite (route cache cleared): it tags
+              # the request it routes, as the upstream's echo shows.
+              - name: moved
+                match: {{prefix: "/moved"}}
+                route: {{cluster: upstream}}
+                request_headers_to_add: [{{header: {{key: x-routed-by, value: moved}}}}]
+              - name: unlisted
                 match: {{prefix: "/"}}
                 route: {{cluster: upstream}}
           http_filters:

@@ -69,6 +69,39 @@ fn path_method_status_and_body_become_pseudo_headers_and_length() {
 }
 
 #[test]
+fn request_changes_clear_the_route_cache_and_nothing_else_does() {
+    let path = Mutations {
+        path: Some((PathAndQuery::parse("/v2/users"), 0)),
+        ..Default::default()
+    };
+    let method = Mutations {
+        method: Some(("POST".into(), 0)),
+        ..Default::default()
+    };
+    let header = Mutations {
+        headers: vec![("x-variant".into(), HeaderOp::Set(vec![b("b")]), 0)],
+        ..Default::default()
+    };
+    for (what, m) in [("path", &path), ("method", &method), ("header", &header)] {
+        for answer in [Answer::RequestHeaders, Answer::RequestBody] {
+            assert!(common(m, answer).clear_route_cache, "{what} at {answer:?}");
+        }
+        // Envoy ignores the flag on responses: it is never sent there.
+        for answer in [Answer::ResponseHeaders, Answer::ResponseBody] {
+            assert!(!common(m, answer).clear_route_cache, "{what} at {answer:?}");
+        }
+    }
+    // A body replaced alone (its content-length is not a routing change),
+    // and no change at all, keep the route.
+    let body = Mutations {
+        body: Some((b("new"), None, 0)),
+        ..Default::default()
+    };
+    assert!(!common(&body, Answer::RequestBody).clear_route_cache);
+    assert!(!common(&Mutations::default(), Answer::RequestHeaders).clear_route_cache);
+}
+
+#[test]
 fn empty_mutations_have_no_header_mutation() {
     assert!(header_mutation(&Mutations::default()).is_none());
     let r = respond(Answer::ResponseHeaders, None);
