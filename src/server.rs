@@ -115,6 +115,11 @@ pub async fn serve(
     let router = || {
         tonic::transport::Server::builder()
             .max_concurrent_streams(streams)
+            // Envoy cancels streams in bursts when its clients give up (under
+            // overload), some before they are accepted here. HTTP/2's
+            // rapid-reset guard (GOAWAY after 20 such streams) would then end
+            // the connection and fail every request in flight on it.
+            .http2_max_pending_accept_reset_streams(Some(streams as usize))
             .tcp_nodelay(true)
             .add_service(ExtProc::new(Arc::clone(&kernel)).into_server())
     };

@@ -5,6 +5,7 @@
 
 mod support;
 
+use std::process::Command;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ext_proc::v3::{processing_response::Response, ProcessingResponse};
@@ -219,4 +220,38 @@ async fn strict_mode_rechecks_health_before_the_response_phase() {
         // fails, and the fail-closed default gives policy_failure_response.
         assert_eq!(immediate_status(&r), Some(want), "{mode}: {r:?}");
     }
+}
+
+/// Under overload Envoy cancels ext_proc streams in bursts (its clients gave
+/// up), some before the kernel has taken them from its connection's accept
+/// queue; and the kernel then cancels the agent calls of those requests, some
+/// before the agent has taken them. That is the normal life of a sidecar, not
+/// a rapid-reset attack: the connection, and every other request or call on
+/// it, must survive. (HTTP/2's default answers the 21st such stream with
+/// GOAWAY ENHANCE_YOUR_CALM, which made Envoy fail every request in flight on
+/// the connection.)
+#[test]
+fn a_burst_of_streams_cancelled_before_accept_keeps_the_connection() {
+    let dir = workdir();
+    let kernel = KernelProc::start(dir.path(), "  agents: []\n  route_policies: []\n");
+    h2raw::cancel_burst(
+        &kernel.socket,
+        "/envoy.service.ext_proc.v3.ExternalProcessor/Process",
+        200,
+    )
+    .unwrap_or_else(|e| panic!("kernel: {e}\n{}", kernel.log()));
+
+    // An agent built on the SDK, and the test agent.
+    let call = "/policy_kernel.agent.v1.PolicyAgent/ExecutePolicyRequest";
+    let sock = dir.path().join("ratelimit.sock");
+    let log = dir.path().join("ratelimit.log");
+    let _sdk = Proc::spawn(
+        "ratelimit-agent",
+        Command::new(agent_bin("ratelimit-agent")).arg(format!("--socket={}", sock.display())),
+        &log,
+    );
+    wait_socket(&sock, Duration::from_secs(10));
+    h2raw::cancel_burst(&sock, call, 200).unwrap_or_else(|e| panic!("SDK agent: {e}"));
+    let agent = TestAgent::start(dir.path(), "tagger", TAG);
+    h2raw::cancel_burst(&agent.socket, call, 200).unwrap_or_else(|e| panic!("test agent: {e}"));
 }

@@ -6,26 +6,13 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
 use support::*;
 
 const SECRET: &str = "reference-stack-secret";
-
-/// A binary of the policy-agents package, next to this test's executable.
-fn agent_bin(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable");
-    let dir = exe.parent().and_then(Path::parent).expect("target dir");
-    let bin = dir.join(name);
-    assert!(
-        bin.exists(),
-        "{} missing: run the workspace tests (`make test` or `cargo test --workspace`)",
-        bin.display()
-    );
-    bin
-}
 
 fn b64(data: &[u8]) -> String {
     const T: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";

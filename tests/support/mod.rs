@@ -15,11 +15,26 @@ use hyper_util::rt::TokioIo;
 
 pub mod envoy;
 pub mod extproc;
+pub mod h2raw;
 pub mod load;
 #[allow(unused_imports)]
 pub use envoy::Envoy;
 
 /// A temp directory for one test's sockets, configs and logs.
+/// A binary of the policy-agents package (reference agents), next to this
+/// test's executable.
+pub fn agent_bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable");
+    let dir = exe.parent().and_then(Path::parent).expect("target dir");
+    let bin = dir.join(name);
+    assert!(
+        bin.exists(),
+        "{} missing: run the workspace tests (`make test` or `cargo test --workspace`)",
+        bin.display()
+    );
+    bin
+}
+
 pub fn workdir() -> tempfile::TempDir {
     // Short paths: Unix socket paths are limited to ~100 bytes.
     tempfile::Builder::new()

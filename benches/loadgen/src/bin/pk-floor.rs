@@ -124,6 +124,8 @@ async fn main() -> anyhow::Result<()> {
     };
     let result = tonic::transport::Server::builder()
         .max_concurrent_streams(cli.max_concurrent_streams)
+        // As the kernel: Envoy's cancelled streams do not end the connection.
+        .http2_max_pending_accept_reset_streams(Some(cli.max_concurrent_streams as usize))
         .add_service(
             ExternalProcessorServer::new(Floor { messages: cli.messages })
                 .max_decoding_message_size(64 * 1024 * 1024)
