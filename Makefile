@@ -36,8 +36,11 @@ run: setup $(SUPERVISOR_STAMP) release stop
 
 ## stop: stop everything `make run` started.
 stop:
-	@if [ -S $(RUN)/supervisor.sock ]; then $(VENV)/bin/supervisorctl -c supervisord.conf shutdown >/dev/null 2>&1 || true; fi
-	@for i in $$(seq 1 100); do [ -f $(RUN)/supervisord.pid ] && kill -0 "$$(cat $(RUN)/supervisord.pid)" 2>/dev/null || break; sleep 0.1; done
+	@# The pid is read first: supervisord removes its pid file before it has
+	@# exited, so waiting on the file would stop waiting too soon.
+	@pid=$$(cat $(RUN)/supervisord.pid 2>/dev/null || true); \
+	if [ -S $(RUN)/supervisor.sock ]; then $(VENV)/bin/supervisorctl -c supervisord.conf shutdown >/dev/null 2>&1 || true; fi; \
+	if [ -n "$$pid" ]; then for i in $$(seq 1 100); do kill -0 "$$pid" 2>/dev/null || break; sleep 0.1; done; fi
 	@rm -f $(RUN)/supervisord.pid $(RUN)/supervisor.sock
 
 $(SUPERVISOR_STAMP): $(ENVOY_STAMP)
