@@ -66,16 +66,11 @@ print(int(cpu), cs)
 EOF
 }
 
-envoy_live() { # envoy_live ADMIN_PORT
-  curl -s "http://127.0.0.1:$1/ready" | grep -q LIVE
-}
-
 envoy_run() { # envoy_run NAME RUN_DIR KERNEL_PID AGENT_PID: Envoy + pk-http
-  local name=$1 run=$2 k=$3 agent_a=$4 port admin up e before=() after=() p pids
+  local name=$1 run=$2 k=$3 agent_a=$4 port admin up filter e before=() after=() p pids
   read -r port admin up <<<"$(free_ports 3)"
-  sed -e "s#@PORT@#$port#; s#@ADMIN_PORT@#$admin#; s#@UPSTREAM_PORT@#$up#g; s#@KERNEL_SOCK@#$run/kernel.sock#" \
-    "$ROOT/benches/configs/envoy.yaml" >"$run/envoy.yaml"
-  [ -z "$k" ] && sed -i '/^ *# >>> ext_proc$/,/^ *# <<< ext_proc$/d' "$run/envoy.yaml"
+  [ -n "$k" ] && filter=with || filter=without # no kernel or floor: E0
+  envoy_config "$run/envoy.yaml" "$port" "$admin" "$up" "$run/kernel.sock" "$filter"
   taskset -c 0 nice -n "$NICE" "$ENVOY" -c "$run/envoy.yaml" --concurrency 1 --disable-hot-restart -l warning \
     --base-id "$port" >"$run/envoy.log" 2>&1 &
   e=$!

@@ -61,6 +61,21 @@ spawn_agents() {
   done
 }
 
+# envoy_config OUT PORT ADMIN_PORT UPSTREAM_PORT KERNEL_SOCK [without]: writes
+# benches/configs/envoy.yaml to OUT with its placeholders filled; `without`
+# drops the two marked ext_proc blocks (the filter and the kernel's cluster):
+# E0, the same Envoy without ext_proc.
+envoy_config() {
+  sed -e "s#@PORT@#$2#; s#@ADMIN_PORT@#$3#; s#@UPSTREAM_PORT@#$4#g; s#@KERNEL_SOCK@#$5#" \
+    "$ROOT/benches/configs/envoy.yaml" >"$1"
+  if [ "${6:-}" = without ]; then sed -i '/^ *# >>> ext_proc$/,/^ *# <<< ext_proc$/d' "$1"; fi
+}
+
+# envoy_live ADMIN_PORT: Envoy's admin /ready says LIVE.
+envoy_live() {
+  curl -s --max-time 2 "http://127.0.0.1:$1/ready" | grep -q LIVE
+}
+
 # kernel_ready RUN_DIR LOG: RUN_DIR/kernel.sock exists and LOG says the three
 # agents were discovered.
 kernel_ready() {

@@ -53,7 +53,8 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
-# free_ports, wait_for (run.sh keeps its own PIDS and cleanup, defined below)
+# free_ports, wait_for, envoy_config, envoy_live (run.sh keeps its own PIDS
+# and cleanup, defined below)
 # shellcheck source=benches/lib.sh
 . "$ROOT/benches/lib.sh"
 
@@ -351,15 +352,12 @@ if [ "$ENVOY_E2E" = 1 ] && [ -z "$ENVOY_NOTE" ]; then
   ENVOY_STATS_KEYS='ext_proc\.|downstream_rq_[2-5]xx|downstream_rq_total'
   start_envoy() { # start_envoy with|without
     read -r PORT ADMIN UPSTREAM <<<"$(free_ports 3)"
-    sed -e "s#@PORT@#$PORT#; s#@ADMIN_PORT@#$ADMIN#; s#@UPSTREAM_PORT@#$UPSTREAM#g; s#@KERNEL_SOCK@#$RUN/kernel.sock#" \
-      "$ROOT/benches/configs/envoy.yaml" >"$RUN/envoy-$1.yaml"
-    if [ "$1" = without ]; then sed -i '/^ *# >>> ext_proc$/,/^ *# <<< ext_proc$/d' "$RUN/envoy-$1.yaml"; fi
+    envoy_config "$RUN/envoy-$1.yaml" "$PORT" "$ADMIN" "$UPSTREAM" "$RUN/kernel.sock" "$1"
     start "envoy-$1" "$SUT_CPU" "$ENVOY" -c "$RUN/envoy-$1.yaml" --concurrency 1 --disable-hot-restart \
       -l warning --base-id "$PORT"
     ENVOY_PID=$LAST_PID
-    wait_for 30 envoy_ready || { echo "envoy did not start:" >&2; tail -20 "$RUN/envoy-$1.log" >&2; exit 1; }
+    wait_for 30 envoy_live "$ADMIN" || { echo "envoy did not start:" >&2; tail -20 "$RUN/envoy-$1.log" >&2; exit 1; }
   }
-  envoy_ready() { http_get "http://127.0.0.1:$ADMIN/ready" | grep -q LIVE; }
   envoy_stats() { http_get "http://127.0.0.1:$ADMIN/stats" | grep -E "$ENVOY_STATS_KEYS" || true; }
   # h2load_run LABEL RATE PATH [DATA]: RATE 0 = closed loop, h2load with 16
   # connections x 8 streams; else pk-http at RATE req/s, evenly paced over 8

@@ -20,7 +20,6 @@ pub mod load;
 #[allow(unused_imports)]
 pub use envoy::Envoy;
 
-/// A temp directory for one test's sockets, configs and logs.
 /// A binary of the policy-agents package (reference agents), next to this
 /// test's executable.
 pub fn agent_bin(name: &str) -> PathBuf {
@@ -35,6 +34,7 @@ pub fn agent_bin(name: &str) -> PathBuf {
     bin
 }
 
+/// A temp directory for one test's sockets, configs and logs.
 pub fn workdir() -> tempfile::TempDir {
     // Short paths: Unix socket paths are limited to ~100 bytes.
     tempfile::Builder::new()
