@@ -225,8 +225,11 @@ async fn conflicts_deny_rewrite_and_response_changes() {
   - name: after
     request:
       - set_header: {name: x-after, value: ran}
+  - name: canary
+    request:
+      - set_header: {name: x-canary, value: "1"}
 "#;
-    let routes = "    - route_name: conflict\n      request_policy_chain: [{policy: setUser}, {policy: overrideUser}]\n    - route_name: deny\n      request_policy_chain: [{policy: gate}, {policy: after}]\n    - route_name: rewrite\n      request_policy_chain: [{policy: rewrite}]\n    - route_name: resp\n      response_policy_chain: [{policy: decorate}]\n";
+    let routes = "    - route_name: conflict\n      request_policy_chain: [{policy: setUser}, {policy: overrideUser}]\n    - route_name: deny\n      request_policy_chain: [{policy: gate}, {policy: after}]\n    - route_name: rewrite\n      request_policy_chain: [{policy: rewrite}]\n    - route_name: resp\n      response_policy_chain: [{policy: decorate}]\n    - route_name: users\n      request_policy_chain: [{policy: canary}]\n";
     let s = Stack::start(&[("agent1", agent1, ""), ("agent2", agent2, "")], routes).await;
 
     // Last wins; a remove after a set removes.
@@ -258,6 +261,16 @@ async fn conflicts_deny_rewrite_and_response_changes() {
         r.echoed_header("x-routed-by").as_deref(),
         Some("moved"),
         "not re-routed"
+    );
+
+    // A header a policy set re-routes too: route `canary` matches on it.
+    let r = s.get("/users/1", &[]).await;
+    assert_eq!(r.status, 200, "{}", s.diag());
+    assert_eq!(r.echo()["path"], "/users/1");
+    assert_eq!(
+        r.echoed_header("x-routed-by").as_deref(),
+        Some("canary"),
+        "not re-routed by header"
     );
 
     // Response header and :status override.

@@ -33,7 +33,8 @@ pub struct Envoy {
 
 /// The routes every test Envoy has: `/NAME...` goes to route `NAME`;
 /// `/moved...` to route `moved`, which adds `x-routed-by: moved` upstream;
-/// anything else to the route `unlisted`.
+/// any request with `x-canary: 1`, whatever its path, to route `canary`, which
+/// adds `x-routed-by: canary`; anything else to the route `unlisted`.
 pub const ROUTES: [&str; 12] = [
     "users", "admin", "chain", "conflict", "deny", "rewrite", "resp", "body", "slow", "fail", "invalid", "flaky",
 ];
@@ -69,6 +70,12 @@ static_resources:
             - name: all
               domains: ["*"]
               routes:
+              # Matched first: a request a policy tagged `x-canary: 1` goes
+              # here once Envoy routes it again (route cache cleared).
+              - name: canary
+                match: {{prefix: "/", headers: [{{name: x-canary, string_match: {{exact: "1"}}}}]}}
+                route: {{cluster: upstream}}
+                request_headers_to_add: [{{header: {{key: x-routed-by, value: canary}}}}]
 {routes}              # Only reachable by a rewrite (route cache cleared): it tags
               # the request it routes, as the upstream's echo shows.
               - name: moved
