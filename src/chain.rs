@@ -16,10 +16,10 @@ use crate::aggregate::{
 };
 use crate::config::OnFailure;
 use crate::plan::{Group, Plan};
-use crate::proto;
 use crate::registry::{AgentCall, AgentReply, CallError};
-use crate::snapshot::{Phase, Route, Snapshot};
+use crate::snapshot::{CompiledPolicy, Phase, Route, Snapshot};
 use crate::telemetry::tracing::{end, RequestTrace};
+use crate::wire;
 
 /// How a phase's chain ended.
 #[derive(Debug, Clone, PartialEq)]
@@ -73,7 +73,7 @@ pub struct Report {
 
 /// A phase's view of the request: builds its calls, checks and applies replies.
 trait PhaseState {
-    fn message(&self, id: &str, policies: Vec<proto::Policy>, meta: &Metadata) -> AgentCall;
+    fn message(&self, id: &str, policies: &[CompiledPolicy], meta: &Metadata) -> AgentCall;
     fn check(&self, id: &str, reply: AgentReply) -> Result<Reply, CallError>;
     fn apply(&mut self, r: &Reply, muts: &mut Mutations, meta: &mut Metadata, n: usize) -> Next;
 }
@@ -81,14 +81,8 @@ trait PhaseState {
 struct RequestState<'a>(&'a mut RequestCtx);
 
 impl PhaseState for RequestState<'_> {
-    fn message(&self, id: &str, policies: Vec<proto::Policy>, meta: &Metadata) -> AgentCall {
-        AgentCall::Request(proto::PolicyRequestPhase {
-            request_id: id.to_string(),
-            policies,
-            request_data: Some(self.0.to_proto()),
-            deadline_ms: 0,
-            policy_metadata: meta.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-        })
+    fn message(&self, id: &str, policies: &[CompiledPolicy], meta: &Metadata) -> AgentCall {
+        AgentCall::Request(wire::request_call(id, policies.iter().map(|p| &p.wire), self.0, meta))
     }
     fn check(&self, id: &str, reply: AgentReply) -> Result<Reply, CallError> {
         match reply {
@@ -107,15 +101,14 @@ struct ResponseState<'a> {
 }
 
 impl PhaseState for ResponseState<'_> {
-    fn message(&self, id: &str, policies: Vec<proto::Policy>, meta: &Metadata) -> AgentCall {
-        AgentCall::Response(proto::PolicyResponsePhase {
-            request_id: id.to_string(),
-            policies,
-            request_data: Some(self.request.to_proto()),
-            response_data: Some(self.response.to_proto()),
-            deadline_ms: 0,
-            policy_metadata: meta.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-        })
+    fn message(&self, id: &str, policies: &[CompiledPolicy], meta: &Metadata) -> AgentCall {
+        AgentCall::Response(wire::response_call(
+            id,
+            policies.iter().map(|p| &p.wire),
+            self.request,
+            self.response,
+            meta,
+        ))
     }
     fn check(&self, id: &str, reply: AgentReply) -> Result<Reply, CallError> {
         match reply {
@@ -182,8 +175,7 @@ impl Run<'_> {
             let Some(entries) = chain.policies.get(group.policies.clone()) else {
                 continue;
             };
-            let policies = entries.iter().map(|p| p.proto.clone()).collect();
-            let call = state.message(self.request_id, policies, self.meta);
+            let call = state.message(self.request_id, entries, self.meta);
             let call_started = Instant::now();
             let call_cx = chain_cx.as_ref().map(|parent| {
                 let names: Vec<opentelemetry::StringValue> =

@@ -35,3 +35,4 @@ pub mod server;
 pub mod snapshot;
 pub mod telemetry;
 pub mod validate;
+pub mod wire;

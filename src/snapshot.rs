@@ -50,6 +50,8 @@ impl Phase {
 pub struct CompiledPolicy {
     /// The policy as sent to agents (params already encoded).
     pub proto: proto::Policy,
+    /// `proto`, encoded once: what calls carry.
+    pub wire: bytes::Bytes,
     /// The entry's `on_failure`.
     pub on_failure: Option<OnFailure>,
     /// Index of the preferred agent.
@@ -250,12 +252,14 @@ fn compile_chain(
                     format!("{} policy {:?}: {}", phase.as_str(), e.policy, reasons.join("; "))
                 }
             });
+            let proto = proto::Policy {
+                name: e.policy.clone(),
+                params: params.into_iter().collect(),
+                on_failure: e.on_failure.map(|f| f.as_str().to_string()).unwrap_or_default(),
+            };
             CompiledPolicy {
-                proto: proto::Policy {
-                    name: e.policy.clone(),
-                    params: params.into_iter().collect(),
-                    on_failure: e.on_failure.map(|f| f.as_str().to_string()).unwrap_or_default(),
-                },
+                wire: crate::wire::encode_policy(&proto),
+                proto,
                 on_failure: e.on_failure,
                 preferred: e.agent.as_deref().and_then(|a| by_name.get(a).copied()),
                 candidates,

@@ -5,17 +5,25 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{AgentHandle, TransportError};
-use crate::proto::{PolicyRequestPhase, PolicyRequestResponse, PolicyResponsePhase, PolicyResponseResponse};
+use http::uri::PathAndQuery;
+use policy_net::codec::ContiguousCodec;
 
-/// A call of either phase.
+use super::{AgentHandle, TransportError};
+use crate::proto::{PolicyRequestResponse, PolicyResponseResponse};
+use crate::wire::EncodedCall;
+
+/// A call of either phase, encoded ([`crate::wire`]).
 #[derive(Debug, Clone)]
 pub enum AgentCall {
-    /// `ExecutePolicyRequest`.
-    Request(PolicyRequestPhase),
-    /// `ExecutePolicyResponse`.
-    Response(PolicyResponsePhase),
+    /// `ExecutePolicyRequest` with an encoded `PolicyRequestPhase`.
+    Request(EncodedCall),
+    /// `ExecutePolicyResponse` with an encoded `PolicyResponsePhase`.
+    Response(EncodedCall),
 }
+
+/// gRPC paths of the two policy methods (as in the generated client).
+const EXECUTE_REQUEST: &str = "/policy_kernel.agent.v1.PolicyAgent/ExecutePolicyRequest";
+const EXECUTE_RESPONSE: &str = "/policy_kernel.agent.v1.PolicyAgent/ExecutePolicyResponse";
 
 /// The reply of either phase.
 #[derive(Debug, Clone)]
@@ -117,8 +125,7 @@ impl AgentCall {
     fn oversized(&self) -> Option<String> {
         use prost::Message;
         let len = match self {
-            AgentCall::Request(r) => r.encoded_len(),
-            AgentCall::Response(r) => r.encoded_len(),
+            AgentCall::Request(r) | AgentCall::Response(r) => r.encoded_len(),
         };
         (len > super::client::MAX_REPLY_BYTES).then(|| {
             format!(
@@ -130,8 +137,7 @@ impl AgentCall {
 
     fn set_deadline(&mut self, ms: i64) {
         match self {
-            AgentCall::Request(r) => r.deadline_ms = ms,
-            AgentCall::Response(r) => r.deadline_ms = ms,
+            AgentCall::Request(r) | AgentCall::Response(r) => r.deadline_ms = ms,
         }
     }
 }
@@ -245,19 +251,27 @@ impl AgentHandle {
             }
             req
         }
-        let mut client = self.client();
+        // The generated client's methods, for a call already encoded: its
+        // HTTP service is always ready (UnixHttp connects in `call`).
+        let mut grpc = self.call_client();
         match call {
             AgentCall::Request(r) => Ok(AgentReply::Request(
-                client
-                    .execute_policy_request(request(r, timeout, trace))
-                    .await?
-                    .into_inner(),
+                grpc.unary(
+                    request(r, timeout, trace),
+                    PathAndQuery::from_static(EXECUTE_REQUEST),
+                    ContiguousCodec::<EncodedCall, PolicyRequestResponse>::default(),
+                )
+                .await?
+                .into_inner(),
             )),
             AgentCall::Response(r) => Ok(AgentReply::Response(
-                client
-                    .execute_policy_response(request(r, timeout, trace))
-                    .await?
-                    .into_inner(),
+                grpc.unary(
+                    request(r, timeout, trace),
+                    PathAndQuery::from_static(EXECUTE_RESPONSE),
+                    ContiguousCodec::<EncodedCall, PolicyResponseResponse>::default(),
+                )
+                .await?
+                .into_inner(),
             )),
         }
     }

@@ -267,8 +267,14 @@ impl tower::Service<http::Request<Body>> for UnixHttp {
 /// The gRPC client type the kernel uses for agents.
 pub type AgentClient = PolicyAgentClient<UnixHttp>;
 
-/// Builds a lazily connecting HTTP/2 client for the agent at `path`.
-pub fn connect_lazy(path: &Path) -> AgentClient {
+/// The same connection as a plain gRPC client, for the policy calls, which
+/// come encoded ([`crate::wire`]) instead of as generated messages.
+pub type CallClient = tonic::client::Grpc<UnixHttp>;
+
+/// Builds lazily connecting HTTP/2 clients for the agent at `path`: the
+/// generated one (discovery, health) and the one for policy calls, sharing
+/// one connection.
+pub fn connect_lazy(path: &Path) -> (AgentClient, CallClient) {
     let http = UnixHttp {
         connection: Arc::new(Connection {
             path: path.to_path_buf(),
@@ -277,9 +283,14 @@ pub fn connect_lazy(path: &Path) -> AgentClient {
         }),
     };
     // The authority is only the HTTP/2 :authority the agent sees.
-    PolicyAgentClient::with_origin(http, http::Uri::from_static("http://agent"))
+    let origin = http::Uri::from_static("http://agent");
+    let calls = tonic::client::Grpc::with_origin(http.clone(), origin.clone())
         .max_decoding_message_size(MAX_REPLY_BYTES)
-        .max_encoding_message_size(MAX_REPLY_BYTES)
+        .max_encoding_message_size(MAX_REPLY_BYTES);
+    let client = PolicyAgentClient::with_origin(http, origin)
+        .max_decoding_message_size(MAX_REPLY_BYTES)
+        .max_encoding_message_size(MAX_REPLY_BYTES);
+    (client, calls)
 }
 
 /// Largest agent reply (and call) accepted: room for a replaced body at

@@ -20,7 +20,7 @@ use arc_swap::ArcSwapOption;
 use tokio::sync::Semaphore;
 
 pub use call::{AgentCall, AgentReply, CallError};
-pub use client::{connect_lazy, AgentClient, TransportError};
+pub use client::{connect_lazy, AgentClient, CallClient, TransportError};
 pub use health::{discover, spawn_watch, Discovered};
 
 use crate::config::AgentConfig;
@@ -34,6 +34,8 @@ pub struct AgentHandle {
     /// The agent's metric handles.
     pub metrics: AgentMetrics,
     client: AgentClient,
+    /// `client`'s connection, for policy calls.
+    grpc: CallClient,
     /// The agent's circuit breaker.
     pub circuit: circuit::Circuit,
     /// Permits for calls in flight (`max_concurrent_calls`).
@@ -54,13 +56,14 @@ impl std::fmt::Debug for AgentHandle {
 impl AgentHandle {
     /// A handle with a lazily connecting client; not healthy, not discovered.
     pub fn new(config: AgentConfig) -> Arc<Self> {
-        let client = connect_lazy(&config.socket_path);
+        let (client, grpc) = connect_lazy(&config.socket_path);
         Arc::new(Self {
             metrics: AgentMetrics::new(&config.name),
             circuit: circuit_of(&config),
             calls: Semaphore::new(config.max_concurrent_calls as usize),
             config,
             client,
+            grpc,
             healthy: AtomicBool::new(false),
             discovered: ArcSwapOption::empty(),
         })
@@ -76,6 +79,7 @@ impl AgentHandle {
             calls: Semaphore::new(config.max_concurrent_calls as usize),
             config,
             client: self.client.clone(),
+            grpc: self.grpc.clone(),
             healthy: AtomicBool::new(self.is_healthy()),
             discovered: ArcSwapOption::new(self.discovered()),
         })
@@ -130,6 +134,11 @@ impl AgentHandle {
     /// The client (cheap to clone: the connection pool is shared).
     pub fn client(&self) -> AgentClient {
         self.client.clone()
+    }
+
+    /// The client for policy calls (same connection).
+    fn call_client(&self) -> CallClient {
+        self.grpc.clone()
     }
 
     /// Per-call timeout.
