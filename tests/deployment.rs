@@ -74,3 +74,24 @@ fn deploy_envoy_routes_match_the_kernel_config() {
         .expect("envoy");
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
 }
+
+/// The shipped Envoy config keeps the two cluster settings the kernel needs
+/// under load (README, "Scaling"): Envoy's defaults (1,024 requests, 1,000
+/// queued control frames) fail requests before the kernel sheds them.
+#[test]
+fn deploy_envoy_kernel_cluster_is_sized_for_load() {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/envoy.yaml")).unwrap();
+    let envoy: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    let cluster = envoy["static_resources"]["clusters"]
+        .as_sequence()
+        .and_then(|cs| cs.iter().find(|c| c["name"] == "policy_kernel"))
+        .expect("deploy/envoy.yaml has a policy_kernel cluster");
+    let h2 = &cluster["typed_extension_protocol_options"]["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
+        ["explicit_http_config"]["http2_protocol_options"];
+    let control_frames = h2["max_outbound_control_frames"].as_u64().unwrap_or(1000);
+    assert!(control_frames >= 10_000, "max_outbound_control_frames {control_frames}");
+    let max_requests = cluster["circuit_breakers"]["thresholds"][0]["max_requests"]
+        .as_u64()
+        .unwrap_or(1024);
+    assert!(max_requests >= 10_000, "circuit_breakers max_requests {max_requests}");
+}

@@ -157,7 +157,7 @@ static_resources:
     typed_extension_protocol_options:
       envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
         "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: {{http2_protocol_options: {{}}}}
+        explicit_http_config: {{http2_protocol_options: {{max_outbound_control_frames: 100000}}}}
     circuit_breakers:
       thresholds: [{{max_requests: 100000, max_pending_requests: 100000, max_connections: 100000}}]
     load_assignment:
