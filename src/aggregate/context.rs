@@ -158,7 +158,9 @@ impl RequestCtx {
         next
     }
 
-    /// The request as sent to an agent.
+    /// The request as an agent decodes it from a call, as the generated
+    /// message. Calls themselves are written by [`crate::wire`] without
+    /// building it; its tests compare the two.
     pub fn to_proto(&self) -> proto::RequestData {
         let (_, query) = split_path(&self.path);
         proto::RequestData {
@@ -194,7 +196,8 @@ impl ResponseCtx {
         next_of(r)
     }
 
-    /// The response as sent to an agent.
+    /// The response as an agent decodes it from a call (see
+    /// [`RequestCtx::to_proto`]).
     pub fn to_proto(&self) -> proto::ResponseData {
         proto::ResponseData {
             headers: Some(headers_to_proto(&self.headers)),
@@ -205,7 +208,7 @@ impl ResponseCtx {
     }
 }
 
-/// Headers as sent to agents: `value` when UTF-8, else `raw_value`.
+/// Headers as agents decode them: `value` when UTF-8, else `raw_value`.
 pub fn headers_to_proto(headers: &[Header]) -> proto::HttpHeaders {
     proto::HttpHeaders {
         headers: headers
