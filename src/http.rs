@@ -61,15 +61,19 @@ pub fn decode_component(raw: &str) -> Cow<'_, str> {
     }
 }
 
+/// A query string's decoded (name, value) pairs, in order, borrowed where
+/// no escape needed decoding.
+pub fn query_pairs(query: &str) -> impl Iterator<Item = (Cow<'_, str>, Cow<'_, str>)> {
+    query.split('&').filter(|kv| !kv.is_empty()).map(|kv| {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        (decode_component(k), decode_component(v))
+    })
+}
+
 /// Parses a query string into decoded (name, value) pairs, in order.
 pub fn parse_query(query: &str) -> Vec<(String, String)> {
-    query
-        .split('&')
-        .filter(|kv| !kv.is_empty())
-        .map(|kv| {
-            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-            (decode_component(k).into_owned(), decode_component(v).into_owned())
-        })
+    query_pairs(query)
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
         .collect()
 }
 

@@ -25,7 +25,7 @@ use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, De
 use prost::{DecodeError, Message};
 
 use crate::aggregate::{Header, Metadata, RequestCtx, ResponseCtx};
-use crate::http::{decode_component, split_path};
+use crate::http::{query_pairs, split_path};
 
 /// An encoded agent call, ready to send: the phase message without its
 /// `deadline_ms`, which [`EncodedCall::deadline_ms`] adds when encoded.
@@ -123,7 +123,7 @@ fn call<'a>(
 ) -> EncodedCall {
     let (deadline_field, meta_field) = if response.is_some() { (5, 6) } else { (4, 5) };
     let meta = || meta.iter().map(|(k, v)| (k.as_str(), v.as_str()));
-    let query = query_pairs(&request.path);
+    let query: Query<'_> = query_pairs(split_path(&request.path).1.unwrap_or("")).collect();
     let req_len = request_data_len(request, &query);
     let resp_len = response.map(response_data_len);
     let mut w = Writer::with_capacity(
@@ -214,21 +214,9 @@ fn map_len<'a>(tag: u32, entries: impl Iterator<Item = (&'a str, &'a str)>) -> u
 /// allocation for a path without query, or components without escapes).
 type Query<'a> = Vec<(Cow<'a, str>, Cow<'a, str>)>;
 
-fn query_pairs(path: &str) -> Query<'_> {
-    let (_, query) = split_path(path);
-    query
-        .unwrap_or("")
-        .split('&')
-        .filter(|kv| !kv.is_empty())
-        .map(|kv| {
-            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-            (decode_component(k), decode_component(v))
-        })
-        .collect()
-}
-
-fn query_len(query: &Query<'_>) -> usize {
-    query.iter().map(|(k, v)| msg_len(REPEATED, entry_len(k, v))).sum()
+/// The query as map entries.
+fn query_entries<'a>(query: &'a Query<'_>) -> impl Iterator<Item = (&'a str, &'a str)> {
+    query.iter().map(|(k, v)| (k.as_ref(), v.as_ref()))
 }
 
 fn body_len(body: &Option<Bytes>) -> usize {
@@ -242,7 +230,7 @@ fn request_data_len(r: &RequestCtx, query: &Query<'_>) -> usize {
         + str_len(REQUEST_PATH, &r.path)
         + str_len(REQUEST_SCHEME, &r.scheme)
         + str_len(REQUEST_AUTHORITY, &r.authority)
-        + msg_len(REQUEST_QUERY, query_len(query))
+        + msg_len(REQUEST_QUERY, map_len(REPEATED, query_entries(query)))
         + str_len(REQUEST_CLIENT_IP, &r.client_ip)
 }
 
@@ -350,12 +338,8 @@ impl Writer {
         self.str(REQUEST_PATH, &r.path);
         self.str(REQUEST_SCHEME, &r.scheme);
         self.str(REQUEST_AUTHORITY, &r.authority);
-        self.msg(REQUEST_QUERY, query_len(query));
-        for (k, v) in query {
-            self.msg(REPEATED, entry_len(k, v));
-            self.str(1, k);
-            self.str(2, v);
-        }
+        self.msg(REQUEST_QUERY, map_len(REPEATED, query_entries(query)));
+        self.map(REPEATED, query_entries(query));
         self.str(REQUEST_CLIENT_IP, &r.client_ip);
         debug_assert_eq!(self.written() - start, len, "RequestData length");
     }
