@@ -243,36 +243,36 @@ impl AgentHandle {
         timeout: Duration,
         trace: Option<&opentelemetry::Context>,
     ) -> Result<AgentReply, tonic::Status> {
-        fn request<T>(msg: T, timeout: Duration, trace: Option<&opentelemetry::Context>) -> tonic::Request<T> {
-            let mut req = tonic::Request::new(msg);
-            req.set_timeout(timeout);
-            if let Some(cx) = trace {
-                crate::telemetry::tracing::inject(cx, req.metadata_mut());
-            }
-            req
-        }
-        // The generated client's methods, for a call already encoded: its
-        // HTTP service is always ready (UnixHttp connects in `call`).
         let mut grpc = self.call_client();
         match call {
-            AgentCall::Request(r) => Ok(AgentReply::Request(
-                grpc.unary(
-                    request(r, timeout, trace),
-                    PathAndQuery::from_static(EXECUTE_REQUEST),
-                    ContiguousCodec::<EncodedCall, PolicyRequestResponse>::default(),
-                )
-                .await?
-                .into_inner(),
-            )),
-            AgentCall::Response(r) => Ok(AgentReply::Response(
-                grpc.unary(
-                    request(r, timeout, trace),
-                    PathAndQuery::from_static(EXECUTE_RESPONSE),
-                    ContiguousCodec::<EncodedCall, PolicyResponseResponse>::default(),
-                )
-                .await?
-                .into_inner(),
-            )),
+            AgentCall::Request(r) => unary(&mut grpc, EXECUTE_REQUEST, r, timeout, trace)
+                .await
+                .map(AgentReply::Request),
+            AgentCall::Response(r) => unary(&mut grpc, EXECUTE_RESPONSE, r, timeout, trace)
+                .await
+                .map(AgentReply::Response),
         }
     }
+}
+
+/// One encoded call to the policy method at `path`, as the generated
+/// client's methods make it (its HTTP service is always ready: UnixHttp
+/// connects in `call`), with the gRPC timeout and the trace context.
+async fn unary<R: prost::Message + Default + Send + 'static>(
+    grpc: &mut super::CallClient,
+    path: &'static str,
+    call: EncodedCall,
+    timeout: Duration,
+    trace: Option<&opentelemetry::Context>,
+) -> Result<R, tonic::Status> {
+    let mut req = tonic::Request::new(call);
+    req.set_timeout(timeout);
+    if let Some(cx) = trace {
+        crate::telemetry::tracing::inject(cx, req.metadata_mut());
+    }
+    let codec = ContiguousCodec::<EncodedCall, R>::default();
+    Ok(grpc
+        .unary(req, PathAndQuery::from_static(path), codec)
+        .await?
+        .into_inner())
 }
