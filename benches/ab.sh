@@ -25,7 +25,9 @@
 # variant may be `none` (E0: the same Envoy without the ext_proc filter) or
 # `floor1` / `floor2` (pk-floor, with streams of one or two
 # messages: EF and EF2, the floors of K0 and K1 through Envoy). The table then
-# has Envoy's CPU per request too.
+# has Envoy's CPU per request too, and the steal of core 0 in each run (time
+# the hypervisor took the core away): a stall of the shared core, not the
+# code, is what puts most requests into the p99 at this rate.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -66,6 +68,10 @@ print(int(cpu), cs)
 EOF
 }
 
+# steal_cpu0: /proc/stat "steal" of core 0 (the hypervisor running something
+# else while core 0 had work), in µs.
+steal_cpu0() { awk -v t="$(getconf CLK_TCK)" '$1 == "cpu0" { printf "%.0f\n", $9 * 1000000 / t; exit }' /proc/stat; }
+
 envoy_run() { # envoy_run NAME RUN_DIR KERNEL_PID AGENT_PID: Envoy + pk-http
   local name=$1 run=$2 k=$3 agent_a=$4 port admin up filter e before=() after=() p pids
   read -r port admin up <<<"$(free_ports 3)"
@@ -81,13 +87,16 @@ envoy_run() { # envoy_run NAME RUN_DIR KERNEL_PID AGENT_PID: Envoy + pk-http
     --log-file "$run/http.log" "http://127.0.0.1:$port/k1/users" >"$run/http.txt" 2>>"$OUT/loadgen.err" &
   local lg=$!
   sleep 2
+  local s0 s1
+  s0=$(steal_cpu0)
   for p in $pids; do before+=("$(cpu_ctx "$p")"); done
   sleep "$DUR"
   for p in $pids; do after+=("$(cpu_ctx "$p")"); done
+  s1=$(steal_cpu0)
   wait "$lg" || true
-  python3 - "$name" "$run/http.log" "$DUR" "$RATE" "${before[*]}" "${after[*]}" "$pids" <<'EOF' >>"$OUT/results.jsonl"
+  python3 - "$name" "$run/http.log" "$DUR" "$RATE" "${before[*]}" "${after[*]}" "$pids" "$s0 $s1" <<'EOF' >>"$OUT/results.jsonl"
 import json, sys
-name, log, dur, rate, before, after, pids = sys.argv[1:8]
+name, log, dur, rate, before, after, pids, steal = sys.argv[1:9]
 reqs = float(rate) * float(dur)
 rows = [l.split() for l in open(log) if l.strip()]
 lat = sorted(int(r[2]) for r in rows)
@@ -98,7 +107,8 @@ per = {r: {"cpu_us_per_stream": (a[2 * i] - b[2 * i]) / reqs,
            "context_switches_per_stream": (a[2 * i + 1] - b[2 * i + 1]) / reqs} for i, r in enumerate(roles)}
 pick = lambda q: lat[min(len(lat) - 1, int(len(lat) * q))] if lat else None
 row = {"label": name, "streams_per_s": len(lat) / float(dur), "p50_us": pick(0.5), "p99_us": pick(0.99),
-       "failed": len(lat) - ok, "aux": {r: v for r, v in per.items() if r != "kernel"}}
+       "failed": len(lat) - ok, "aux": {r: v for r, v in per.items() if r != "kernel"},
+       "steal_ms": (int(steal.split()[1]) - int(steal.split()[0])) / 1000}
 row.update(per.get("kernel", {"cpu_us_per_stream": None, "context_switches_per_stream": None}))
 print(json.dumps(row))
 EOF
@@ -157,8 +167,8 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 names = [s.split('=', 1)[0] for s in sys.argv[2:]]
 envoy = any("envoy" in r.get("aux", {}) for r in rows)
 print("| variant | kernel CPU µs/stream (median) | streams/s (median) | p50 / p99 ms (median) | kernel context switches/stream (median) | agent-a CPU µs/stream (median) | agent-a context switches/stream (median) |"
-      + (" Envoy CPU µs/request (median) | Envoy context switches/request (median) | failed requests |" if envoy else "") + " runs: kernel µs/stream |")
-print("|---|---:|---:|---:|---:|---:|---:|" + ("---:|---:|---:|" if envoy else "") + "---|")
+      + (" Envoy CPU µs/request (median) | Envoy context switches/request (median) | failed requests | steal on core 0, ms per run |" if envoy else "") + " runs: kernel µs/stream |")
+print("|---|---:|---:|---:|---:|---:|---:|" + ("---:|---:|---:|---|" if envoy else "") + "---|")
 def med(xs, fmt="%.1f"):
     xs = [x for x in xs if x is not None]
     return fmt % statistics.median(xs) if xs else "-"
@@ -171,9 +181,10 @@ for n in names:
     ev = [r.get("aux", {}).get("envoy", {}) for r in rs]
     extra = ""
     if envoy:
-        extra = " %s | %s | %d |" % (med([e.get("cpu_us_per_stream") for e in ev]),
-                                     med([e.get("context_switches_per_stream") for e in ev], "%.2f"),
-                                     sum(r.get("failed", 0) for r in rs))
+        extra = " %s | %s | %d | %s |" % (med([e.get("cpu_us_per_stream") for e in ev]),
+                                          med([e.get("context_switches_per_stream") for e in ev], "%.2f"),
+                                          sum(r.get("failed", 0) for r in rs),
+                                          ", ".join("%.0f" % r.get("steal_ms", 0) for r in rs))
     print("| %s | %s | %s | %s / %s | %s | %s | %s |%s %s |" % (
         n, med(cpu), med([r["streams_per_s"] for r in rs], "%.0f"),
         med([r["p50_us"] / 1000 for r in rs], "%.2f"), med([r["p99_us"] / 1000 for r in rs], "%.2f"),

@@ -145,6 +145,11 @@ cpu_us() { # total utime+stime of a pid, in µs
   set -- $stat
   echo $(( (${12} + ${13}) * (1000000 / CLK_TCK) ))
 }
+# steal_us CPU: time the hypervisor ran something else while CPU had work
+# (/proc/stat "steal" of that core), in µs. A stall of the system under test's
+# core delays every request in flight and leaves a backlog that drains only
+# at the core's spare capacity: it shows in the tail, not in CPU per request.
+steal_us() { awk -v c="cpu$1" -v t="$CLK_TCK" '$1 == c { printf "%.0f\n", $9 * 1000000 / t; exit }' /proc/stat; }
 machine_busy_us() { awk -v t="$CLK_TCK" '$1 == "cpu" { printf "%.0f\n", ($2 + $3 + $4 + $7 + $8 + $9) * 1000000 / t; exit }' /proc/stat; }
 children_cpu_us() { # sets CHILD_US: CPU time of this shell's waited-for children (h2load), in µs
   times >"$RUN/times.txt" # not in $(...): a subshell has its own, empty, accounts
@@ -370,9 +375,9 @@ if [ "$ENVOY_E2E" = 1 ] && [ -z "$ENVOY_NOTE" ]; then
     envoy_stats >"$RUN/stats-before.txt"
     before="" after=""
     for p in $SUT_PIDS; do before+="$(cpu_us "$p") "; done
-    local m0 m1 g0 g1
+    local m0 m1 g0 g1 s0 s1
     children_cpu_us
-    m0=$(machine_busy_us) g0=$CHILD_US
+    m0=$(machine_busy_us) g0=$CHILD_US s0=$(steal_us "$SUT_CPU")
     out="$RUN/h2load-$label.txt"
     if [ "$rate" = 0 ]; then
       args=(-c 16 -m 8)
@@ -386,13 +391,13 @@ if [ "$ENVOY_E2E" = 1 ] && [ -z "$ENVOY_NOTE" ]; then
         --log-file "$RUN/h2load-$label.log" "http://127.0.0.1:$PORT$path" >"$out" 2>&1 || true
     fi
     children_cpu_us
-    m1=$(machine_busy_us) g1=$CHILD_US
+    m1=$(machine_busy_us) g1=$CHILD_US s1=$(steal_us "$SUT_CPU")
     for p in $SUT_PIDS; do after+="$(cpu_us "$p") "; done
     envoy_stats >"$RUN/stats-after.txt"
     python3 "$ROOT/benches/report.py" h2load --label "$label" --rate "$rate" --out "$out" \
       --log "$RUN/h2load-$label.log" --stats-before "$RUN/stats-before.txt" --stats-after "$RUN/stats-after.txt" \
       --cpu-names "$SUT_NAMES" --cpu-before "$before" --cpu-after "$after" --duration "$DUR" --warmup "$WARM" \
-      --machine "$m0 $m1" --h2load-cpu "$g0 $g1" \
+      --machine "$m0 $m1" --h2load-cpu "$g0 $g1" --steal "$s0 $s1" \
       | tee -a "$RESULTS_JSON" | python3 "$ROOT/benches/report.py" human >&2
   }
 
