@@ -216,6 +216,7 @@ async fn conflicts_deny_rewrite_and_response_changes() {
     response:
       - set_header: {name: x-resp, value: "status was ${status}"}
       - set_status: 418
+      - set_metadata: {key: decorated, value: "yes"}
 "#;
     let agent2 = r#"policies:
   - name: overrideUser
@@ -228,8 +229,15 @@ async fn conflicts_deny_rewrite_and_response_changes() {
   - name: canary
     request:
       - set_header: {name: x-canary, value: "1"}
+  - name: tag
+    request:
+      - set_metadata: {key: tagged, value: "req"}
+  - name: plainResponse
+    phases: response
+    response:
+      - set_header: {name: x-plain, value: "yes"}
 "#;
-    let routes = "    - route_name: conflict\n      request_policy_chain: [{policy: setUser}, {policy: overrideUser}]\n    - route_name: deny\n      request_policy_chain: [{policy: gate}, {policy: after}]\n    - route_name: rewrite\n      request_policy_chain: [{policy: rewrite}]\n    - route_name: resp\n      response_policy_chain: [{policy: decorate}]\n    - route_name: users\n      request_policy_chain: [{policy: canary}]\n";
+    let routes = "    - route_name: conflict\n      request_policy_chain: [{policy: setUser}, {policy: overrideUser}, {policy: tag}]\n      response_policy_chain: [{policy: plainResponse}]\n    - route_name: deny\n      request_policy_chain: [{policy: gate}, {policy: after}]\n    - route_name: rewrite\n      request_policy_chain: [{policy: rewrite}]\n    - route_name: resp\n      request_policy_chain: [{policy: tag}]\n      response_policy_chain: [{policy: decorate}]\n    - route_name: users\n      request_policy_chain: [{policy: canary}]\n";
     let s = Stack::start(&[("agent1", agent1, ""), ("agent2", agent2, "")], routes).await;
 
     // Last wins; a remove after a set removes.
@@ -237,6 +245,7 @@ async fn conflicts_deny_rewrite_and_response_changes() {
     assert_eq!(r.status, 200, "{}", s.diag());
     assert_eq!(r.echoed_header("x-user-id").as_deref(), Some("456"));
     assert_eq!(r.echoed_header("x-tmp"), None);
+    assert_eq!(r.header("x-plain"), Some("yes"));
 
     // An immediate 401 stops the chain: agent2's policy never runs.
     let r = s.get("/deny", &[]).await;
@@ -277,6 +286,31 @@ async fn conflicts_deny_rewrite_and_response_changes() {
     let r = s.get("/resp", &[("x-echo-status", "404")]).await;
     assert_eq!(r.status, 418, "{}", s.diag());
     assert_eq!(r.header("x-resp"), Some("status was 404"));
+
+    // Envoy merges each answer's dynamic metadata into the stream's: the
+    // request phase's stays when the response phase changes nothing
+    // (`conflict`) and when it adds to it (`resp`).
+    for (path, keys) in [
+        ("/conflict ", &[r#""route":"conflict""#, r#""tagged":"req""#][..]),
+        (
+            "/resp ",
+            &[r#""route":"resp""#, r#""tagged":"req""#, r#""decorated":"yes""#][..],
+        ),
+    ] {
+        let deadline = Instant::now() + Duration::from_secs(3);
+        let line = loop {
+            let log = s.envoy.log();
+            let line = log.lines().find(|l| l.contains(path)).map(String::from);
+            match line {
+                Some(l) => break l,
+                None if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(50)).await,
+                None => panic!("no access log line for {path}: {}", s.diag()),
+            }
+        };
+        for key in keys {
+            assert!(line.contains(key), "{key} missing from {line}");
+        }
+    }
 }
 
 /// A policy that needs the request body, records it, and replaces it.

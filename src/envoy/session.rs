@@ -83,6 +83,8 @@ struct Active {
     response_body: bool,
     /// The response, while waiting for its body.
     response: Option<ResponseCtx>,
+    /// An answer of the request phase carried the dynamic metadata.
+    meta_sent: bool,
 }
 
 fn string_attr<'a>(attrs: &'a HashMap<String, Struct>, key: &str) -> Option<&'a str> {
@@ -312,6 +314,7 @@ impl Session {
             response_plan,
             response_body,
             response: None,
+            meta_sent: false,
         });
         let mut resp = if buffer_request {
             active.request_plan = Some(request_plan);
@@ -400,10 +403,15 @@ impl Active {
             run.request(plan, &mut request).await
         };
         self.request = request;
-        self.finish(outcome, answer)
+        self.meta_sent = true;
+        self.finish(outcome, answer, true)
     }
 
     async fn run_response(&mut self, mut response: ResponseCtx, answer: Answer) -> ProcessingResponse {
+        // The request phase's answer carried the metadata, and Envoy merges
+        // each answer's into the stream's: this answer carries it only when
+        // the response chain changed it.
+        let before = (!self.meta.is_empty()).then(|| self.meta.clone());
         let outcome = {
             let mut run = Run {
                 snap: &self.snap,
@@ -415,10 +423,16 @@ impl Active {
             };
             run.response(&self.response_plan, &self.request, &mut response).await
         };
-        self.finish(outcome, answer)
+        let changed = match before {
+            Some(before) => before != self.meta,
+            None => !self.meta.is_empty(),
+        };
+        self.finish(outcome, answer, changed || !self.meta_sent)
     }
 
-    fn finish(&self, outcome: Outcome, answer: Answer) -> ProcessingResponse {
+    /// The answer to Envoy; with the stream's dynamic metadata when
+    /// `metadata` (always in the request phase).
+    fn finish(&self, outcome: Outcome, answer: Answer, metadata: bool) -> ProcessingResponse {
         let conversion = self
             .trace
             .as_ref()
@@ -431,7 +445,9 @@ impl Active {
                 translate::immediate(&imm)
             }
         };
-        resp.dynamic_metadata = Some(translate::dynamic_metadata(&self.route.name, &self.meta));
+        if metadata {
+            resp.dynamic_metadata = Some(translate::dynamic_metadata(&self.route.name, &self.meta));
+        }
         if let Some(cx) = conversion {
             end(cx);
         }

@@ -143,6 +143,9 @@ impl Envoy {
         cmd.arg("-c")
             .arg(&path)
             .args(["--concurrency", "1", "--disable-hot-restart", "-l", "warning"]);
+        // Access log lines reach the file within 100 ms (Envoy's default
+        // flush interval is 10 s), so tests can read them.
+        cmd.args(["--file-flush-interval-msec", "100"]);
         cmd.arg("--base-id").arg(port.to_string());
         let proc = Proc::spawn("envoy", &mut cmd, &log);
         let envoy = Self { proc, port, admin, log };
