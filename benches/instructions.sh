@@ -12,6 +12,15 @@
 # (policy-test-agent, agent-a) under callgrind, the kernel native; per K1
 # stream, that is per two agent calls.
 #
+# Scenarios E0, EF2 and EK1 count Envoy's side instead: Envoy 1.40 under
+# callgrind (benches/configs/envoy.yaml, one worker), everything else native,
+# pk-http at PK_IR_ENVOY_RATE (default 100) req/s to /k1/users, instructions
+# per request: E0 without the ext_proc filter, EF2 with ext_proc to pk-floor
+# (two messages per stream, nothing else), EK1 with ext_proc to the kernel
+# and its no-op agent (K1). EF2 - E0 is what two ext_proc messages cost Envoy;
+# EK1 - EF2 what the kernel's answers cost it beyond that. Not run by
+# default (about 80 s each; Envoy needs `make setup`).
+#
 # Usage: bash benches/instructions.sh [SCENARIO...]   (default: F K0 K1 K3 A1)
 #   PK_IR_RATE (default 200 streams/s), PK_IR_SHORT / PK_IR_LONG (2 / 6 s),
 #   PK_IR_KERNEL (default target/release/policy-kernel).
@@ -25,8 +34,10 @@ RATE=${PK_IR_RATE:-200}
 SHORT=${PK_IR_SHORT:-2}
 LONG=${PK_IR_LONG:-6}
 KERNEL=${PK_IR_KERNEL:-$BIN/policy-kernel}
+ENVOY_RATE=${PK_IR_ENVOY_RATE:-100}
+ENVOY=$(ls "$ROOT"/.venv/lib/python3*/site-packages/envoy/_bin/envoy 2>/dev/null | head -1 || true)
 command -v valgrind >/dev/null || { echo "valgrind not found: apt-get install valgrind" >&2; exit 2; }
-for b in "$KERNEL" "$BIN/pk-floor" "$BIN/pk-loadgen" "$BIN/policy-test-agent"; do
+for b in "$KERNEL" "$BIN/pk-floor" "$BIN/pk-loadgen" "$BIN/pk-http" "$BIN/policy-test-agent"; do
   [ -x "$b" ] || { echo "missing $b: cargo build --release --workspace" >&2; exit 2; }
 done
 [ $# -gt 0 ] || set -- F K0 K1 K3 A1
@@ -37,11 +48,57 @@ trap cleanup EXIT
 
 route_of() {
   case $1 in
-    F | K1 | A1) echo k1 ;;
+    F | K1 | A1 | E0 | EF2 | EK1) echo k1 ;;
     K0) echo k0-unknown ;;
     K3) echo k3 ;;
-    *) echo "unknown scenario $1 (F K0 K1 K3 A1)" >&2; exit 2 ;;
+    *) echo "unknown scenario $1 (F K0 K1 K3 A1 E0 EF2 EK1)" >&2; exit 2 ;;
   esac
+}
+
+# measure_envoy SCENARIO SECONDS: Envoy under callgrind; prints "REQUESTS IR"
+measure_envoy() {
+  local label=$1 secs=$2 run filter=with port admin up e
+  run=$(mktemp -d "$OUT/$label.XXXX")
+  case $label in
+    E0) filter=without ;;
+    EF2)
+      "$BIN/pk-floor" --socket "$run/kernel.sock" --messages 2 >"$run/floor.log" 2>&1 &
+      PIDS+=($!)
+      wait_for 10 test -S "$run/kernel.sock" || { echo "pk-floor did not start" >&2; return 1; }
+      ;;
+    EK1)
+      sed "s#@RUN@#$run#g" "$ROOT/benches/configs/kernel.yaml" >"$run/kernel.yaml"
+      spawn_agents "$run" "$BIN/policy-test-agent"
+      "$KERNEL" --config="$run/kernel.yaml" >"$run/kernel.log" 2>&1 &
+      PIDS+=($!)
+      wait_kernel "$run" "$run/kernel.log" 20
+      ;;
+  esac
+  read -r port admin up <<<"$(free_ports 3)"
+  envoy_config "$run/envoy.yaml" "$port" "$admin" "$up" "$run/kernel.sock" "$filter"
+  valgrind --tool=callgrind --callgrind-out-file="$run/cg.out" "$ENVOY" -c "$run/envoy.yaml" --concurrency 1 \
+    --disable-hot-restart -l warning --base-id "$port" >"$run/envoy.log" 2>&1 &
+  e=$!
+  PIDS+=("$e")
+  wait_for 120 envoy_live "$admin" || { echo "Envoy did not start under valgrind: $run/envoy.log" >&2; return 1; }
+  # Warm up (connections, first-use paths), then the measured requests.
+  "$BIN/pk-http" --rate 50 --connections 8 --duration 1 --warmup 0 "http://127.0.0.1:$port/k1/users" \
+    >/dev/null 2>"$run/warm.err" || true
+  "$BIN/pk-http" --rate "$ENVOY_RATE" --connections 8 --duration "$secs" --warmup 0 --log-file "$run/http.log" \
+    "http://127.0.0.1:$port/k1/users" >"$run/http.txt" 2>"$run/http.err" || true
+  sleep 1
+  kill -INT "$e"
+  wait "$e" 2>/dev/null || true
+  cleanup
+  python3 - "$run/http.log" "$run/cg.out" <<'EOF'
+import sys
+rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
+bad = sum(1 for r in rows if r[1] != "200")
+if bad:
+    sys.exit("%d requests failed" % bad)
+ir = next(int(l.split()[1]) for l in open(sys.argv[2]) if l.startswith("summary:"))
+print(len(rows), ir)
+EOF
 }
 
 # measure SCENARIO SECONDS: prints "STREAMS IR"
@@ -91,18 +148,27 @@ print(row["streams"], ir)
 EOF
 }
 
-echo "| scenario | instructions per stream | x F | streams (short / long run) |"
+echo "| scenario | instructions per stream (E*: Envoy's, per request) | x F (E*: x E0) | streams (short / long run) |"
 echo "|---|---:|---:|---|"
-F_IR=""
+F_IR="" E0_IR=""
 for s in "$@"; do
   route_of "$s" >/dev/null
-  echo "[ir] $s: ${SHORT} s and ${LONG} s at $RATE streams/s under callgrind" >&2
-  read -r n1 ir1 <<<"$(measure "$s" "$SHORT")"
-  read -r n2 ir2 <<<"$(measure "$s" "$LONG")"
+  if [[ "$s" == E* ]]; then
+    [ -x "$ENVOY" ] || { echo "Envoy not found: make setup" >&2; exit 2; }
+    echo "[ir] $s: Envoy under callgrind, ${SHORT} s and ${LONG} s at $ENVOY_RATE req/s" >&2
+    read -r n1 ir1 <<<"$(measure_envoy "$s" "$SHORT")"
+    read -r n2 ir2 <<<"$(measure_envoy "$s" "$LONG")"
+  else
+    echo "[ir] $s: ${SHORT} s and ${LONG} s at $RATE streams/s under callgrind" >&2
+    read -r n1 ir1 <<<"$(measure "$s" "$SHORT")"
+    read -r n2 ir2 <<<"$(measure "$s" "$LONG")"
+  fi
   per=$(( (ir2 - ir1) / (n2 - n1) ))
   [ "$s" = F ] && F_IR=$per
-  x="-"
-  [ -n "$F_IR" ] && x=$(python3 -c "print('%.2f' % ($per / $F_IR))")
+  [ "$s" = E0 ] && E0_IR=$per
+  x="-" base=$F_IR
+  [[ "$s" == E* ]] && base=$E0_IR
+  [ -n "$base" ] && x=$(python3 -c "print('%.2f' % ($per / $base))")
   echo "| $s | $per | $x | $n1 / $n2 |"
 done
 rm -rf "$OUT"

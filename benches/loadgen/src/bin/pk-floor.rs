@@ -46,11 +46,17 @@ struct Cli {
     /// response headers too (K1's shape).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u8).range(1..=2))]
     messages: u8,
+    /// Answers each message this many milliseconds late (0: at once). For
+    /// analysis: what a processor's latency alone costs Envoy (the kernel
+    /// answers after its agent calls), apart from what its answers hold.
+    #[arg(long, default_value_t = 0)]
+    delay_ms: u64,
 }
 
 #[derive(Clone, Copy)]
 struct Floor {
     messages: u8,
+    delay: Option<std::time::Duration>,
 }
 
 impl Floor {
@@ -89,13 +95,23 @@ impl ExternalProcessor for Floor {
         let mut inbound = request.into_inner();
         let floor = *self;
         let first = match inbound.message().now_or_never() {
-            Some(Ok(Some(msg))) => Some(Ok(self.answer(&msg))),
+            Some(Ok(Some(msg))) => {
+                if let Some(d) = self.delay {
+                    tokio::time::sleep(d).await;
+                }
+                Some(Ok(self.answer(&msg)))
+            }
             Some(Ok(None) | Err(_)) => return Ok(Response::new(Box::pin(futures::stream::empty()))),
             None => None,
         };
         let rest = futures::stream::unfold(inbound, move |mut inbound| async move {
             match inbound.message().await {
-                Ok(Some(msg)) => Some((Ok(floor.answer(&msg)), inbound)),
+                Ok(Some(msg)) => {
+                    if let Some(d) = floor.delay {
+                        tokio::time::sleep(d).await;
+                    }
+                    Some((Ok(floor.answer(&msg)), inbound))
+                }
                 Ok(None) | Err(_) => None,
             }
         });
@@ -127,9 +143,12 @@ async fn main() -> anyhow::Result<()> {
         // As the kernel: Envoy's cancelled streams do not end the connection.
         .http2_max_pending_accept_reset_streams(Some(cli.max_concurrent_streams as usize))
         .add_service(
-            ExternalProcessorServer::new(Floor { messages: cli.messages })
-                .max_decoding_message_size(64 * 1024 * 1024)
-                .max_encoding_message_size(64 * 1024 * 1024),
+            ExternalProcessorServer::new(Floor {
+                messages: cli.messages,
+                delay: (cli.delay_ms > 0).then(|| std::time::Duration::from_millis(cli.delay_ms)),
+            })
+            .max_decoding_message_size(64 * 1024 * 1024)
+            .max_encoding_message_size(64 * 1024 * 1024),
         )
         .serve_with_incoming_shutdown(policy_net::incoming(listener), shutdown)
         .await;
