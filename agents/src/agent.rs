@@ -12,10 +12,6 @@ use crate::registry::Registry;
 use crate::service::{AgentService, DrainState, Shared};
 use crate::socket::{self, BoundSocket, SocketError};
 
-/// Calls the kernel may cancel before the agent has accepted them, at once,
-/// without the connection being closed (HTTP/2's default is 20).
-const MAX_CANCELLED_BEFORE_ACCEPT: usize = 10_000;
-
 /// Why an agent could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
@@ -173,7 +169,7 @@ impl Agent {
             // bursts under overload, some before they are accepted here.
             // HTTP/2's rapid-reset guard (GOAWAY after 20 such calls) would
             // then end the kernel's connection and fail every call on it.
-            .http2_max_pending_accept_reset_streams(Some(MAX_CANCELLED_BEFORE_ACCEPT))
+            .http2_max_pending_accept_reset_streams(Some(policy_net::AGENT_MAX_CANCELLED_BEFORE_ACCEPT))
             .add_service(self.into_service())
             .serve_with_incoming_shutdown(policy_net::incoming(listener), async {
                 let _ = stop_rx.await;

@@ -25,6 +25,12 @@ use std::task::{ready, Context, Poll};
 
 pub mod codec;
 
+/// Agent calls the kernel may cancel before an agent's server has accepted
+/// them, at once, without the connection being closed (HTTP/2's guard
+/// against rapid resets closes it after 20 by default). The kernel cancels
+/// calls whose request Envoy gave up on: no attack between these two peers.
+pub const AGENT_MAX_CANCELLED_BEFORE_ACCEPT: usize = 10_000;
+
 use futures::{Stream, StreamExt};
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};

@@ -556,7 +556,7 @@ async fn main() -> anyhow::Result<()> {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tonic::transport::Server::builder()
         // As the SDK's agents: the kernel's cancelled calls are no attack.
-        .http2_max_pending_accept_reset_streams(Some(10_000))
+        .http2_max_pending_accept_reset_streams(Some(policy_net::AGENT_MAX_CANCELLED_BEFORE_ACCEPT))
         .add_service(PolicyAgentServer::new(agent))
         .serve_with_incoming_shutdown(policy_net::incoming(listener), async move {
             term.recv().await;
