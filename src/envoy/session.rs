@@ -83,8 +83,6 @@ struct Active {
     response_body: bool,
     /// The response, while waiting for its body.
     response: Option<ResponseCtx>,
-    /// An answer of the request phase carried the dynamic metadata.
-    meta_sent: bool,
 }
 
 fn string_attr<'a>(attrs: &'a HashMap<String, Struct>, key: &str) -> Option<&'a str> {
@@ -314,7 +312,6 @@ impl Session {
             response_plan,
             response_body,
             response: None,
-            meta_sent: false,
         });
         let mut resp = if buffer_request {
             active.request_plan = Some(request_plan);
@@ -403,15 +400,16 @@ impl Active {
             run.request(plan, &mut request).await
         };
         self.request = request;
-        self.meta_sent = true;
         self.finish(outcome, answer, true)
     }
 
     async fn run_response(&mut self, mut response: ResponseCtx, answer: Answer) -> ProcessingResponse {
         // The request phase's answer carried the metadata, and Envoy merges
         // each answer's into the stream's: this answer carries it only when
-        // the response chain changed it.
-        let before = (!self.meta.is_empty()).then(|| self.meta.clone());
+        // the response chain changed it, or when the request chain never ran
+        // (its plan still waits for a request body that did not come).
+        // Cloning an empty map allocates nothing.
+        let before = self.meta.clone();
         let outcome = {
             let mut run = Run {
                 snap: &self.snap,
@@ -423,11 +421,8 @@ impl Active {
             };
             run.response(&self.response_plan, &self.request, &mut response).await
         };
-        let changed = match before {
-            Some(before) => before != self.meta,
-            None => !self.meta.is_empty(),
-        };
-        self.finish(outcome, answer, changed || !self.meta_sent)
+        let metadata = self.meta != before || self.request_plan.is_some();
+        self.finish(outcome, answer, metadata)
     }
 
     /// The answer to Envoy; with the stream's dynamic metadata when
