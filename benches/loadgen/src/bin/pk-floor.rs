@@ -80,6 +80,14 @@ impl Floor {
         }
         resp
     }
+
+    /// [`Floor::answer`], `--delay-ms` late.
+    async fn reply(self, msg: &ProcessingRequest) -> ProcessingResponse {
+        if let Some(d) = self.delay {
+            tokio::time::sleep(d).await;
+        }
+        self.answer(msg)
+    }
 }
 
 type ResponseStream = Pin<Box<dyn Stream<Item = Result<ProcessingResponse, Status>> + Send>>;
@@ -95,23 +103,13 @@ impl ExternalProcessor for Floor {
         let mut inbound = request.into_inner();
         let floor = *self;
         let first = match inbound.message().now_or_never() {
-            Some(Ok(Some(msg))) => {
-                if let Some(d) = self.delay {
-                    tokio::time::sleep(d).await;
-                }
-                Some(Ok(self.answer(&msg)))
-            }
+            Some(Ok(Some(msg))) => Some(Ok(floor.reply(&msg).await)),
             Some(Ok(None) | Err(_)) => return Ok(Response::new(Box::pin(futures::stream::empty()))),
             None => None,
         };
         let rest = futures::stream::unfold(inbound, move |mut inbound| async move {
             match inbound.message().await {
-                Ok(Some(msg)) => {
-                    if let Some(d) = floor.delay {
-                        tokio::time::sleep(d).await;
-                    }
-                    Some((Ok(floor.answer(&msg)), inbound))
-                }
+                Ok(Some(msg)) => Some((Ok(floor.reply(&msg).await), inbound)),
                 Ok(None) | Err(_) => None,
             }
         });
