@@ -31,6 +31,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=benches/lib.sh
+. "$ROOT/benches/lib.sh"
 BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release
 RUNS=${1:?usage: bash benches/ab.sh RUNS NAME=KERNEL_BIN[:AGENT_BIN] ...}
 shift
@@ -42,14 +44,12 @@ ENVOY_AB=${PK_AB_ENVOY:-0}
 if [ "$ENVOY_AB" = 1 ]; then
   [ "$RATE" = 0 ] && RATE=1000
   AGENT_CPU=${PK_AB_AGENT_CPU:-0}
-  ENVOY=$(ls "$ROOT"/.venv/lib/python3*/site-packages/envoy/_bin/envoy 2>/dev/null | head -1 || true)
+  ENVOY=$(venv_envoy)
   [ -x "$ENVOY" ] || { echo "Envoy not found: run make setup" >&2; exit 2; }
 fi
 if [ "$RATE" = 0 ]; then LOAD=(--concurrency 32); else LOAD=(--rate "$RATE" --concurrency 1024); fi
 if [ "$(id -u)" = 0 ]; then NICE=${PK_BENCH_NICE:--10}; else NICE=${PK_BENCH_NICE:-0}; fi
 OUT=$(mktemp -d "${TMPDIR:-/tmp}/pk-ab.XXXXXX")
-# shellcheck source=benches/lib.sh
-. "$ROOT/benches/lib.sh"
 trap cleanup EXIT
 
 cpu_ctx() { # cpu_ctx PID: "CPU_µs context_switches" of the process (all threads)
@@ -68,10 +68,6 @@ print(int(cpu), cs)
 EOF
 }
 
-# steal_cpu0: /proc/stat "steal" of core 0 (the hypervisor running something
-# else while core 0 had work), in µs.
-steal_cpu0() { awk -v t="$(getconf CLK_TCK)" '$1 == "cpu0" { printf "%.0f\n", $9 * 1000000 / t; exit }' /proc/stat; }
-
 envoy_run() { # envoy_run NAME RUN_DIR KERNEL_PID AGENT_PID: Envoy + pk-http
   local name=$1 run=$2 k=$3 agent_a=$4 port admin up filter e before=() after=() p pids
   read -r port admin up <<<"$(free_ports 3)"
@@ -88,11 +84,11 @@ envoy_run() { # envoy_run NAME RUN_DIR KERNEL_PID AGENT_PID: Envoy + pk-http
   local lg=$!
   sleep 2
   local s0 s1
-  s0=$(steal_cpu0)
+  s0=$(steal_us 0)
   for p in $pids; do before+=("$(cpu_ctx "$p")"); done
   sleep "$DUR"
   for p in $pids; do after+=("$(cpu_ctx "$p")"); done
-  s1=$(steal_cpu0)
+  s1=$(steal_us 0)
   wait "$lg" || true
   python3 - "$name" "$run/http.log" "$DUR" "$RATE" "${before[*]}" "${after[*]}" "$pids" "$s0 $s1" <<'EOF' >>"$OUT/results.jsonl"
 import json, sys

@@ -29,21 +29,21 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=benches/lib.sh
+. "$ROOT/benches/lib.sh"
 BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release
 RATE=${PK_IR_RATE:-200}
 SHORT=${PK_IR_SHORT:-2}
 LONG=${PK_IR_LONG:-6}
 KERNEL=${PK_IR_KERNEL:-$BIN/policy-kernel}
 ENVOY_RATE=${PK_IR_ENVOY_RATE:-100}
-ENVOY=$(ls "$ROOT"/.venv/lib/python3*/site-packages/envoy/_bin/envoy 2>/dev/null | head -1 || true)
+ENVOY=$(venv_envoy)
 command -v valgrind >/dev/null || { echo "valgrind not found: apt-get install valgrind" >&2; exit 2; }
 for b in "$KERNEL" "$BIN/pk-floor" "$BIN/pk-loadgen" "$BIN/pk-http" "$BIN/policy-test-agent"; do
   [ -x "$b" ] || { echo "missing $b: cargo build --release --workspace" >&2; exit 2; }
 done
 [ $# -gt 0 ] || set -- F K0 K1 K3 A1
 OUT=$(mktemp -d "${TMPDIR:-/tmp}/pk-ir.XXXXXX")
-# shellcheck source=benches/lib.sh
-. "$ROOT/benches/lib.sh"
 trap cleanup EXIT
 
 route_of() {

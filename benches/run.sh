@@ -146,11 +146,6 @@ cpu_us() { # total utime+stime of a pid, in µs
   set -- $stat
   echo $(( (${12} + ${13}) * (1000000 / CLK_TCK) ))
 }
-# steal_us CPU: time the hypervisor ran something else while CPU had work
-# (/proc/stat "steal" of that core), in µs. A stall of the system under test's
-# core delays every request in flight and leaves a backlog that drains only
-# at the core's spare capacity: it shows in the tail, not in CPU per request.
-steal_us() { awk -v c="cpu$1" -v t="$CLK_TCK" '$1 == c { printf "%.0f\n", $9 * 1000000 / t; exit }' /proc/stat; }
 machine_busy_us() { awk -v t="$CLK_TCK" '$1 == "cpu" { printf "%.0f\n", ($2 + $3 + $4 + $7 + $8 + $9) * 1000000 / t; exit }' /proc/stat; }
 children_cpu_us() { # sets CHILD_US: CPU time of this shell's waited-for children (h2load), in µs
   times >"$RUN/times.txt" # not in $(...): a subshell has its own, empty, accounts
@@ -343,11 +338,11 @@ fi
 ENVOY_NOTE=""
 if [ "$ENVOY_E2E" = 1 ]; then
   ENVOY=${ENVOY_BIN:-}
-  if [ -z "$ENVOY" ]; then ENVOY=$(ls "$ROOT"/.venv/lib/python3*/site-packages/envoy/_bin/envoy 2>/dev/null | head -1 || true); fi
+  if [ -z "$ENVOY" ]; then ENVOY=$(venv_envoy); fi
   if [ -z "$ENVOY" ] || [ ! -x "$ENVOY" ]; then
     log "Envoy not found: running make setup"
     make -s setup || true
-    ENVOY=$(ls "$ROOT"/.venv/lib/python3*/site-packages/envoy/_bin/envoy 2>/dev/null | head -1 || true)
+    ENVOY=$(venv_envoy)
   fi
   if ! command -v h2load >/dev/null; then
     log "installing h2load (nghttp2-client)"
