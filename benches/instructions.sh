@@ -55,6 +55,20 @@ route_of() {
   esac
 }
 
+# start_stack RUN_DIR SECONDS [AGENT_WRAPPER...]: the scenarios' kernel
+# config in RUN_DIR, the three no-op agents (under AGENT_WRAPPER, if any) and
+# the kernel, native; returns once the kernel has discovered the agents
+# (waiting at most SECONDS).
+start_stack() {
+  local run=$1 secs=$2
+  shift 2
+  sed "s#@RUN@#$run#g" "$ROOT/benches/configs/kernel.yaml" >"$run/kernel.yaml"
+  spawn_agents "$run" "$BIN/policy-test-agent" "$@"
+  "$KERNEL" --config="$run/kernel.yaml" >"$run/kernel.log" 2>&1 &
+  PIDS+=($!)
+  wait_kernel "$run" "$run/kernel.log" "$secs"
+}
+
 # measure_envoy SCENARIO SECONDS: Envoy under callgrind; prints "REQUESTS IR"
 measure_envoy() {
   local label=$1 secs=$2 run filter=with port admin up e
@@ -66,13 +80,7 @@ measure_envoy() {
       PIDS+=($!)
       wait_for 10 test -S "$run/kernel.sock" || { echo "pk-floor did not start" >&2; return 1; }
       ;;
-    EK1)
-      sed "s#@RUN@#$run#g" "$ROOT/benches/configs/kernel.yaml" >"$run/kernel.yaml"
-      spawn_agents "$run" "$BIN/policy-test-agent"
-      "$KERNEL" --config="$run/kernel.yaml" >"$run/kernel.log" 2>&1 &
-      PIDS+=($!)
-      wait_kernel "$run" "$run/kernel.log" 20
-      ;;
+    EK1) start_stack "$run" 20 ;;
   esac
   read -r port admin up <<<"$(free_ports 3)"
   envoy_config "$run/envoy.yaml" "$port" "$admin" "$up" "$run/kernel.sock" "$filter"
@@ -114,13 +122,9 @@ measure() {
   elif [ "$label" = A1 ]; then
     # All three agents under callgrind (agent-a is the one K1 calls), the
     # kernel native.
-    sed "s#@RUN@#$run#g" "$ROOT/benches/configs/kernel.yaml" >"$run/kernel.yaml"
     local first=${#PIDS[@]}
-    spawn_agents "$run" "$BIN/policy-test-agent" valgrind --tool=callgrind --callgrind-out-file="$run/agent.%p.cg"
+    start_stack "$run" 60 valgrind --tool=callgrind --callgrind-out-file="$run/agent.%p.cg"
     target=${PIDS[$first]}
-    "$KERNEL" --config="$run/kernel.yaml" >"$run/kernel.log" 2>&1 &
-    PIDS+=($!)
-    wait_kernel "$run" "$run/kernel.log" 60
   else
     sed "s#@RUN@#$run#g" "$ROOT/benches/configs/kernel.yaml" >"$run/kernel.yaml"
     spawn_agents "$run" "$BIN/policy-test-agent"
