@@ -117,7 +117,14 @@ async fn serve(path: PathBuf, cfg: config::KernelConfig) -> anyhow::Result<()> {
     if let Some(path) = &socket {
         let _ = std::fs::remove_file(path);
     }
-    telemetry::tracing::shutdown();
+    // Exports the spans still buffered. The exporter's gRPC client runs on
+    // this runtime and the flush blocks until it is done, so the flush runs
+    // on the blocking pool: blocking this thread, which runs the main future,
+    // kept the export from finishing on both runtimes until the flush timed
+    // out after 5 s and dropped the spans (tests/otlp_export.rs).
+    if let Err(e) = tokio::task::spawn_blocking(telemetry::tracing::shutdown).await {
+        tracing::warn!(error = %e, "tracing shutdown did not finish");
+    }
     tracing::info!("policy kernel stopped");
     Ok(())
 }

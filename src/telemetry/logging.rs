@@ -63,11 +63,17 @@ const RESERVED: [&str; 3] = ["timestamp", "level", "component"];
 struct Fields<'w, 'a> {
     out: &'w mut Writer<'a>,
     result: fmt::Result,
+    /// The event had a `message` field.
+    message: bool,
+    /// Its `name` field, the message of events without one (OpenTelemetry's
+    /// own warnings and errors are named, e.g. `BatchSpanProcessor.ExportError`).
+    name: Option<String>,
 }
 
 impl Fields<'_, '_> {
     fn key(&mut self, field: &Field) {
         let name = field.name();
+        self.message |= name == "message";
         let prefix = if RESERVED.contains(&name) { "field_" } else { "" };
         self.write(format_args!(",\"{prefix}{name}\":"));
     }
@@ -97,6 +103,9 @@ impl Fields<'_, '_> {
 impl Visit for Fields<'_, '_> {
     fn record_str(&mut self, field: &Field, value: &str) {
         self.key(field);
+        if field.name() == "name" {
+            self.name = Some(value.to_string());
+        }
         // Request logs pass their nested `metadata` object as JSON text.
         if field.name() == "metadata" {
             self.json_or_string(value);
@@ -187,8 +196,18 @@ where
         let mut fields = Fields {
             out: &mut writer,
             result: Ok(()),
+            message: false,
+            name: None,
         };
         event.record(&mut fields);
+        // Every line has a message (spec §10.2): an event without one gets
+        // its `name` field, else where it was logged.
+        if !fields.message {
+            let text = fields.name.take();
+            let text = text.as_deref().unwrap_or(event.metadata().target());
+            fields.write(format_args!(",\"message\":"));
+            fields.string(text);
+        }
         fields.result?;
         writeln!(writer, "}}")
     }
@@ -235,6 +254,7 @@ mod tests {
         tracing::subscriber::with_default(subscriber, log);
         let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
         text.lines()
+            .inspect(|l| assert_eq!(l.matches("\"message\":").count(), 1, "one message per line: {l}"))
             .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
             .collect()
     }
@@ -257,8 +277,11 @@ mod tests {
                 "Request processed successfully"
             );
             tracing::warn!(metadata = "not { json", "second");
+            tracing::error!(name = "BatchSpanProcessor.ExportError", error = "refused");
+            tracing::error!(error = "refused");
+            tracing::warn!(name = "Export.Failed", message = "data will be lost");
         });
-        assert_eq!(out.len(), 2);
+        assert_eq!(out.len(), 5);
         let l = &out[0];
         assert_eq!(l["level"], "info");
         assert_eq!(l["component"], "kernel");
@@ -277,6 +300,12 @@ mod tests {
         assert_eq!(l["field_level"], "a field named like a reserved key");
         assert_eq!(out[1]["level"], "warning");
         assert_eq!(out[1]["metadata"], "not { json");
+        // Events without a message: their name, else their target.
+        assert_eq!(out[2]["message"], "BatchSpanProcessor.ExportError");
+        assert_eq!(out[2]["name"], "BatchSpanProcessor.ExportError");
+        assert_eq!(out[2]["error"], "refused");
+        assert_eq!(out[3]["message"], module_path!());
+        assert_eq!(out[4]["message"], "data will be lost");
     }
 
     #[test]

@@ -64,10 +64,17 @@ pub fn install(provider: SdkTracerProvider) {
     ENABLED.store(true, Ordering::Release);
 }
 
-/// Flushes and stops export.
+/// Exports the spans still buffered and stops export. A failure (collector
+/// unreachable, or the flush's 5 s timeout) is logged as a warning.
+///
+/// It blocks until the export ends: call it from a thread that does not
+/// drive the runtime the exporter's gRPC client runs on (e.g.
+/// `spawn_blocking`).
 pub fn shutdown() {
     if let Some(p) = PROVIDER.get() {
-        let _ = p.shutdown();
+        if let Err(e) = p.shutdown() {
+            tracing::warn!(error = %e, "buffered spans were not exported at shutdown");
+        }
     }
 }
 

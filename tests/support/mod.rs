@@ -133,6 +133,24 @@ impl Proc {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+
+    /// Waits (without blocking the runtime) for the process to exit; fails
+    /// the test after `timeout`, with `log` in the message.
+    pub async fn exit_status(&mut self, timeout: Duration, log: impl Fn() -> String) -> std::process::ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} did not exit within {timeout:?}:\n{}",
+                self.name,
+                log()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
 }
 
 impl Drop for Proc {
@@ -217,6 +235,11 @@ impl KernelProc {
 
     /// Like `start`, with extra lines under `server:` (4-space indented).
     pub fn start_with(dir: &Path, server: &str, body: &str) -> Self {
+        Self::start_env(dir, server, body, &[])
+    }
+
+    /// Like `start_with`, with extra environment variables for the process.
+    pub fn start_env(dir: &Path, server: &str, body: &str, env: &[(&str, &str)]) -> Self {
         let socket = dir.join("kernel.sock");
         let config = dir.join("kernel.yaml");
         let metrics_port = free_port();
@@ -235,7 +258,8 @@ impl KernelProc {
         };
         k.write_config(body);
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_policy-kernel"));
-        cmd.arg(format!("--config={}", k.config.display()));
+        cmd.arg(format!("--config={}", k.config.display()))
+            .envs(env.iter().copied());
         k.proc = Proc::spawn("kernel", &mut cmd, &k.log);
         let deadline = Instant::now() + Duration::from_secs(20);
         while std::os::unix::net::UnixStream::connect(&k.socket).is_err() {
