@@ -121,13 +121,9 @@ impl Kernel {
     pub async fn apply(&self, config: KernelConfig, mode: ApplyMode) -> Result<u64, ApplyError> {
         let _one_at_a_time = self.applying.lock().await;
         let current = self.snapshot();
-        if current.config.server.socket_path != config.server.socket_path
-            || current.config.server.port != config.server.port
-            || current.config.server.address != config.server.address
-            || current.config.server.worker_threads != config.server.worker_threads
-            || current.config.observability.metrics_port != config.observability.metrics_port
-        {
-            tracing::warn!("listener addresses or worker threads changed in the configuration; they take effect at the next restart");
+        let fixed = current.config.restart_only_changes(&config);
+        if !fixed.is_empty() {
+            tracing::warn!(fields = ?fixed, "these settings take effect only at the next restart; the running kernel keeps its values");
         }
         let agents: Vec<Arc<AgentHandle>> = config
             .agents

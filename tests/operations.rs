@@ -472,3 +472,32 @@ async fn sighup_bursts_coalesce_and_reload_changes_the_log_level() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(unknown_lines(), before, "info log emitted after the reload to warn");
 }
+
+/// A reload applies routes at once, keeps the settings read at startup, and
+/// names those in a warning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_names_the_settings_it_cannot_apply() {
+    let dir = workdir();
+    let body = |rate: &str, route: &str| {
+        format!("    tracing: {{sampling_rate: {rate}}}\n  route_policies:\n    - route_name: {route}\n")
+    };
+    let kernel = KernelProc::start(dir.path(), &body("0.5", "one"));
+    kernel.write_config(&body("1.0", "two"));
+    kernel.proc.signal("HUP");
+    wait_for("the reload", Duration::from_secs(10), || {
+        kernel.metric("policy_kernel_config_version") == 2.0
+    });
+    let (_, config) = kernel.admin_get("/config");
+    assert!(config.contains("\"route_name\":\"two\""), "{config}");
+    let warning = kernel
+        .log()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|l| l["message"].as_str().is_some_and(|m| m.contains("next restart")))
+        .unwrap_or_else(|| panic!("no warning:\n{}", kernel.log()));
+    assert_eq!(warning["level"], "warning");
+    assert_eq!(
+        warning["fields"],
+        serde_json::json!(["observability.tracing.sampling_rate"])
+    );
+}

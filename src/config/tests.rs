@@ -172,3 +172,28 @@ fn container_config_serves_the_same_agents_and_routes() {
     assert_eq!(container.server.address, "0.0.0.0");
     assert_eq!(container.observability.metrics_address, "0.0.0.0");
 }
+
+#[test]
+fn reloads_name_the_settings_that_wait_for_a_restart() {
+    let base = "policy_kernel:\n  server: {port: 9001}\n  observability: {tracing: {sampling_rate: 0.5}}\n  route_policies:\n    - route_name: a\n";
+    let old = parse(base).unwrap();
+    assert!(old.restart_only_changes(&parse(base).unwrap()).is_empty());
+    // Routes, log level and agents apply at reload: not named.
+    let applied = parse("policy_kernel:\n  server: {port: 9001, phase_timeout_ms: 100}\n  observability: {log_level: debug, tracing: {sampling_rate: 0.5}}\n  route_policies:\n    - route_name: b\n").unwrap();
+    assert!(old.restart_only_changes(&applied).is_empty());
+    let next = parse(
+        "policy_kernel:\n  server: {port: 9002, max_concurrent_streams: 10, drain_timeout_ms: 1}\n  observability: {metrics_address: 0.0.0.0, tracing: {sampling_rate: 1.0, otlp_endpoint: \"http://127.0.0.1:4317\"}}\n",
+    )
+    .unwrap();
+    assert_eq!(
+        old.restart_only_changes(&next),
+        [
+            "server.port",
+            "server.max_concurrent_streams",
+            "server.drain_timeout_ms",
+            "observability.metrics_address",
+            "observability.tracing.sampling_rate",
+            "observability.tracing.otlp_endpoint"
+        ]
+    );
+}

@@ -392,6 +392,41 @@ fn invalid(field: String, reason: impl Into<String>, line: Option<usize>) -> Con
 }
 
 impl KernelConfig {
+    /// The settings that only take effect at startup (listeners, runtime,
+    /// stream limit, drain, metrics endpoint, tracing export) whose value in
+    /// `next` differs from this one, by field name: a reload keeps them as
+    /// they are and says so.
+    pub fn restart_only_changes(&self, next: &KernelConfig) -> Vec<&'static str> {
+        let (s, n) = (&self.server, &next.server);
+        let (o, m) = (&self.observability, &next.observability);
+        let (t, u) = (&o.tracing, &m.tracing);
+        [
+            ("server.address", s.address != n.address),
+            ("server.port", s.port != n.port),
+            ("server.socket_path", s.socket_path != n.socket_path),
+            ("server.worker_threads", s.worker_threads != n.worker_threads),
+            (
+                "server.max_concurrent_streams",
+                s.max_concurrent_streams != n.max_concurrent_streams,
+            ),
+            ("server.drain_timeout_ms", s.drain_timeout_ms != n.drain_timeout_ms),
+            ("observability.metrics_port", o.metrics_port != m.metrics_port),
+            ("observability.metrics_address", o.metrics_address != m.metrics_address),
+            ("observability.tracing.enabled", t.enabled != u.enabled),
+            (
+                "observability.tracing.sampling_rate",
+                t.sampling_rate != u.sampling_rate,
+            ),
+            (
+                "observability.tracing.otlp_endpoint",
+                t.otlp_endpoint != u.otlp_endpoint,
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(field, changed)| changed.then_some(field))
+        .collect()
+    }
+
     /// Checks everything serde cannot: ranges, uniqueness, references and
     /// header legality. `text` is the source, used to report lines.
     pub fn validate(&self, text: &str) -> Result<(), ConfigError> {
