@@ -543,3 +543,57 @@ async fn circuit_breaker_opens_sheds_and_closes_after_a_probe() {
         0.0
     );
 }
+
+/// Envoy may reach the kernel over its TCP listener (`server.address` /
+/// `server.port`, HTTP/2 without TLS) instead of the Unix socket: both phases
+/// and a deny work the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoy_reaches_the_kernel_over_tcp() {
+    let dir = workdir();
+    let agent = TestAgent::start(
+        dir.path(),
+        "tcp",
+        r#"policies:
+  - name: tag
+    request:
+      - set_header: {name: x-ran, value: tag}
+  - name: stamp
+    phases: response
+    response:
+      - set_header: {name: x-stamp, value: "status was ${status}"}
+  - name: refuse
+    request:
+      - immediate: {status: 403, body: refused}
+"#,
+    );
+    let kernel = KernelProc::start(
+        dir.path(),
+        &format!(
+            "  agents:\n{}  route_policies:\n    - route_name: resp\n      request_policy_chain: [{{policy: tag}}]\n      response_policy_chain: [{{policy: stamp}}]\n    - route_name: deny\n      request_policy_chain: [{{policy: refuse}}]\n",
+            agent_entry("tcp", &agent, "")
+        ),
+    );
+    let upstream = Upstream::start().await;
+    let envoy = Envoy::start_at(
+        dir.path(),
+        envoy::KernelAt::Tcp(kernel.tcp_port()),
+        upstream.addr.port(),
+    );
+    let client = reqwest::Client::new();
+    let diag = || {
+        format!(
+            "--- kernel ---\n{}\n--- envoy ---\n{}",
+            tail(&kernel.log()),
+            tail(&envoy.log())
+        )
+    };
+
+    let r = send(&client, "GET", &envoy.url("/resp/x"), &[], None).await;
+    assert_eq!(r.status, 200, "{}", diag());
+    assert_eq!(r.echoed_header("x-ran").as_deref(), Some("tag"));
+    assert_eq!(r.header("x-stamp"), Some("status was 200"), "{}", diag());
+
+    let r = send(&client, "GET", &envoy.url("/deny"), &[], None).await;
+    assert_eq!(r.status, 403, "{}", diag());
+    assert_eq!(r.body, "refused");
+}

@@ -39,7 +39,20 @@ pub const ROUTES: [&str; 12] = [
     "users", "admin", "chain", "conflict", "deny", "rewrite", "resp", "body", "slow", "fail", "invalid", "flaky",
 ];
 
-fn config(port: u16, admin: u16, kernel_socket: &Path, upstream: u16) -> String {
+/// Where Envoy reaches the kernel.
+#[derive(Debug, Clone, Copy)]
+pub enum KernelAt<'a> {
+    /// A Unix socket (Envoy `pipe` address).
+    Socket(&'a Path),
+    /// The TCP listener on loopback.
+    Tcp(u16),
+}
+
+fn config(port: u16, admin: u16, kernel: KernelAt<'_>, upstream: u16) -> String {
+    let kernel_address = match kernel {
+        KernelAt::Socket(path) => format!("pipe: {{path: {}}}", path.display()),
+        KernelAt::Tcp(port) => format!("socket_address: {{address: 127.0.0.1, port_value: {port}}}"),
+    };
     let routes: String = ROUTES
         .iter()
         .map(|r| format!("              - name: {r}\n                match: {{prefix: \"/{r}\"}}\n                route: {{cluster: upstream}}\n"))
@@ -120,24 +133,28 @@ static_resources:
       thresholds: [{{max_requests: 100000, max_pending_requests: 100000}}]
     load_assignment:
       cluster_name: policy_kernel
-      endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{pipe: {{path: {sock}}}}}}}}}]}}]
+      endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{{kernel_address}}}}}}}]}}]
   - name: upstream
     type: STATIC
     connect_timeout: 1s
     load_assignment:
       cluster_name: upstream
       endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {upstream}}}}}}}}}]}}]
-"#,
-        sock = kernel_socket.display()
+"#
     )
 }
 
 impl Envoy {
     /// Starts Envoy in `dir`, in front of the kernel socket and upstream port.
     pub fn start(dir: &Path, kernel_socket: &Path, upstream: u16) -> Self {
+        Self::start_at(dir, KernelAt::Socket(kernel_socket), upstream)
+    }
+
+    /// Starts Envoy in `dir`, reaching the kernel at `kernel`.
+    pub fn start_at(dir: &Path, kernel: KernelAt<'_>, upstream: u16) -> Self {
         let (port, admin) = (free_port(), free_port());
         let path = dir.join("envoy.yaml");
-        std::fs::write(&path, config(port, admin, kernel_socket, upstream)).expect("write envoy config");
+        std::fs::write(&path, config(port, admin, kernel, upstream)).expect("write envoy config");
         let log = dir.join("envoy.log");
         let mut cmd = Command::new(envoy_bin());
         cmd.arg("-c")

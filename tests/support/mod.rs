@@ -294,6 +294,17 @@ impl KernelProc {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The port of the ext_proc TCP listener, as the kernel logged it at start.
+    pub fn tcp_port(&self) -> u16 {
+        self.log()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|l| l["message"] == "policy kernel serving ext_proc")
+            .and_then(|l| l["address"].as_str()?.parse::<SocketAddr>().ok())
+            .map(|a| a.port())
+            .unwrap_or_else(|| panic!("no ext_proc address in the log:\n{}", self.log()))
+    }
+
     /// GET on the metrics port.
     pub fn admin_get(&self, path: &str) -> (u16, String) {
         http_get(self.metrics_port, path)
