@@ -107,6 +107,51 @@ async fn agent_down_at_startup_is_discovered_later() {
     assert!(kernel.log().contains("agent discovered"), "{}", kernel.log());
 }
 
+/// An agent that failed a health check is checked again within about a
+/// second, not after its whole interval: a route it serves answers 503 only
+/// that long after a transient failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unhealthy_agent_is_checked_again_before_its_interval() {
+    let dir = workdir();
+    let down = dir.path().join("flaky.down");
+    std::fs::write(&down, "").expect("write");
+    let agent = TestAgent::start(
+        dir.path(),
+        "flaky",
+        &format!("not_serving_file: {}\n{TAG}", down.display()),
+    );
+    // One minute between checks of a healthy agent.
+    let kernel = KernelProc::start(
+        dir.path(),
+        &format!(
+            "  agents:\n{}  route_policies:\n    - route_name: r\n      request_policy_chain: [{{policy: tag}}]\n",
+            agent_entry("flaky", &agent, "      health_check_interval_ms: 60000\n")
+        ),
+    );
+    let health = r#"policy_kernel_agent_health{agent="flaky"}"#;
+    let k = &kernel;
+    until("discovery", Duration::from_secs(10), || async move {
+        k.log().contains("agent discovered")
+    })
+    .await;
+    assert_eq!(kernel.metric(health), 0.0, "NOT_SERVING: unhealthy");
+    let mut client = extproc::connect(&kernel.socket).await;
+    let mut s = Stream::open(&mut client, None).await;
+    let r = s.exchange(extproc::request_headers(Some("r"), &[])).await;
+    assert_eq!(immediate_status(&r), Some(503));
+
+    std::fs::remove_file(&down).expect("remove");
+    until(
+        "the agent to be healthy again",
+        Duration::from_secs(15),
+        || async move { k.metric(health) == 1.0 },
+    )
+    .await;
+    let mut s = Stream::open(&mut client, None).await;
+    let r = s.exchange(extproc::request_headers(Some("r"), &[])).await;
+    assert_eq!(set_header(&r, "x-tag").as_deref(), Some("flaky"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unsent_calls_are_retried_once_delivered() {
     let dir = workdir();

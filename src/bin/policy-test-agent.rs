@@ -5,6 +5,8 @@
 //! ```yaml
 //! name: agent1
 //! events_file: /tmp/agent1.events   # optional: "start|end|cancel <policies> <request_id>" lines
+//! not_serving: false                 # health checks answer NOT_SERVING
+//! not_serving_file: /tmp/agent1.down # ... while this file exists (optional)
 //! policies:
 //!   - name: tag
 //!     phases: request_response        # request | response | request_response
@@ -65,6 +67,9 @@ struct Script {
     events_file: Option<PathBuf>,
     #[serde(default)]
     not_serving: bool,
+    /// Health checks answer NOT_SERVING while this file exists.
+    #[serde(default)]
+    not_serving_file: Option<PathBuf>,
     policies: Vec<ScriptPolicy>,
 }
 
@@ -527,7 +532,8 @@ impl PolicyAgent for Agent {
         &self,
         _: Request<proto::HealthCheckRequest>,
     ) -> Result<Response<proto::HealthCheckResponse>, Status> {
-        let status = if self.script.not_serving {
+        let down = self.script.not_serving || self.script.not_serving_file.as_ref().is_some_and(|f| f.exists());
+        let status = if down {
             proto::health_check_response::Status::NotServing
         } else {
             proto::health_check_response::Status::Serving

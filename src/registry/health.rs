@@ -1,10 +1,12 @@
 //! Discovery and health checking, one background task per agent.
 //!
-//! Until an agent has been discovered, the task retries `GetAgentConfig`
-//! every `min(health_check_interval_ms, 1 s)`, so an agent that was down at
-//! startup is picked up as soon as it answers. Afterwards it health-checks on
-//! the configured interval. When an agent comes back after being unhealthy it
-//! is discovered again, since a restarted agent may declare other policies.
+//! Until an agent has been discovered, and while it is unhealthy, the task
+//! retries every `min(health_check_interval_ms, 1 s)`, so an agent that was
+//! down at startup is picked up as soon as it answers, and one failed check
+//! (a restart, a slow answer) takes the agent out for about a second rather
+//! than a whole interval. A healthy agent is checked on the configured
+//! interval. When an agent comes back after being unhealthy it is discovered
+//! again, since a restarted agent may declare other policies.
 //! Every change of declared policies is reported on `changed`, so that the
 //! owner rebuilds the snapshot; health flips are atomic and need no rebuild.
 
@@ -126,7 +128,7 @@ pub fn spawn_watch(agent: &Arc<AgentHandle>, changed: Arc<Notify>) {
                 changed.notify_one();
             }
             let interval = Duration::from_millis(agent.config.health_check_interval_ms);
-            let wait = if agent.discovered().is_none() {
+            let wait = if agent.discovered().is_none() || !agent.is_healthy() {
                 interval.min(Duration::from_secs(1))
             } else {
                 interval
