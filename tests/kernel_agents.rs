@@ -139,6 +139,16 @@ async fn an_unhealthy_agent_is_checked_again_before_its_interval() {
     let mut s = Stream::open(&mut client, None).await;
     let r = s.exchange(extproc::request_headers(Some("r"), &[])).await;
     assert_eq!(immediate_status(&r), Some(503));
+    // Rediscovered every second while down, but logged (at info) once.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let rounds = |level: &str| {
+        k.log()
+            .lines()
+            .filter(|l| l.contains(&format!("\"level\":\"{level}\"")) && l.contains("agent discovered"))
+            .count()
+    };
+    assert!(rounds("debug") >= 2, "not checked again while down:\n{}", k.log());
+    assert_eq!(rounds("info"), 1, "{}", k.log());
 
     std::fs::remove_file(&down).expect("remove");
     until(

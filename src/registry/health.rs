@@ -93,8 +93,16 @@ async fn round_with(agent: &AgentHandle, force: bool) -> bool {
                 if d.agent_name != name {
                     tracing::info!(agent = name, reported = %d.agent_name, "agent reports another name");
                 }
+                // Logged when something is new: a first discovery, another
+                // version or policies, or a reload. An unhealthy agent is
+                // rediscovered every second, which is not news.
+                let news = force || agent.discovered().is_none_or(|old| *old != d);
                 let policies: Vec<&str> = d.policies.keys().map(String::as_str).collect();
-                tracing::info!(agent = name, version = %d.agent_version, ?policies, "agent discovered");
+                if news {
+                    tracing::info!(agent = name, version = %d.agent_version, ?policies, "agent discovered");
+                } else {
+                    tracing::debug!(agent = name, version = %d.agent_version, ?policies, "agent discovered");
+                }
                 changed = agent.set_discovered(d);
             }
             Err(e) => {
