@@ -197,3 +197,22 @@ fn reloads_name_the_settings_that_wait_for_a_restart() {
         ]
     );
 }
+
+#[test]
+fn otlp_endpoints_must_be_plain_http_urls() {
+    let cfg = |e: &str| format!("policy_kernel:\n  observability:\n    tracing:\n      otlp_endpoint: \"{e}\"\n");
+    for ok in ["http://127.0.0.1:4317", "http://collector:4317", "http://[::1]:4317"] {
+        assert!(parse(&cfg(ok)).is_ok(), "{ok}");
+    }
+    for (bad, why) in [
+        ("127.0.0.1:4317", "does not start with http://"),
+        ("https://collector:4317", "https is not supported"),
+        ("not a url", "is not a URL"),
+        ("grpc://collector:4317", "does not start with http://"),
+    ] {
+        let e = err(&cfg(bad));
+        assert!(e.contains("observability.tracing.otlp_endpoint"), "{e}");
+        assert!(e.contains(why), "{bad}: {e}");
+        assert!(e.contains("line 4"), "{bad}: {e}");
+    }
+}

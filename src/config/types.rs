@@ -502,7 +502,34 @@ impl KernelConfig {
                 None,
             ));
         }
+        if let Some(endpoint) = &o.tracing.otlp_endpoint {
+            check_otlp_endpoint(endpoint).map_err(|reason| {
+                invalid(
+                    format!("{p}.observability.tracing.otlp_endpoint"),
+                    reason,
+                    find_line(text, "otlp_endpoint", endpoint, 0),
+                )
+            })?;
+        }
         Ok(())
+    }
+}
+
+/// The OTLP exporter speaks gRPC over plaintext HTTP/2: the endpoint must be
+/// `http://HOST[:PORT]`. (Without a scheme the exporter would assume https,
+/// which this build does not support, and refuse to start.)
+fn check_otlp_endpoint(endpoint: &str) -> Result<(), String> {
+    let example = "give http://HOST:PORT, e.g. http://127.0.0.1:4317";
+    let uri: http::Uri = endpoint
+        .parse()
+        .map_err(|_| format!("{endpoint:?} is not a URL; {example}"))?;
+    match uri.scheme_str() {
+        Some("http") if uri.host().is_some_and(|h| !h.is_empty()) => Ok(()),
+        Some("http") => Err(format!("{endpoint:?} has no host; {example}")),
+        Some("https") => Err(format!(
+            "{endpoint:?}: https is not supported (export is plaintext gRPC); {example}"
+        )),
+        _ => Err(format!("{endpoint:?} does not start with http://; {example}")),
     }
 }
 
