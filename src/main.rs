@@ -126,6 +126,8 @@ async fn serve(path: PathBuf, cfg: config::KernelConfig) -> anyhow::Result<()> {
         tracing::warn!(error = %e, "tracing shutdown did not finish");
     }
     tracing::info!("policy kernel stopped");
+    // Log lines held back while stdout was not being read get a last chance.
+    telemetry::stdout::Output::stdout().flush(Duration::from_secs(1));
     Ok(())
 }
 

@@ -501,3 +501,83 @@ async fn reload_names_the_settings_it_cannot_apply() {
         serde_json::json!(["observability.tracing.sampling_rate"])
     );
 }
+
+/// A log reader that stops does not stop the kernel. With its standard
+/// output on a pipe that nobody reads, requests are answered as before; when
+/// the reader comes back, the held lines arrive whole and in order, then a
+/// warning with the number dropped, which `/metrics` counts too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_log_reader_does_not_stall_requests() {
+    use std::io::Read;
+    use std::os::fd::{FromRawFd, OwnedFd};
+
+    let dir = workdir();
+    let a1 = TestAgent::start(dir.path(), "a1", AGENTS);
+    let body = format!(
+        "  agents:\n{}  route_policies:\n    - route_name: m\n      request_policy_chain: [{{policy: tag, params: {{secret: s}}}}]\n",
+        agent_entry("a1", &a1, "")
+    );
+    let mut fds = [0; 2];
+    // SAFETY: fds has room for the two descriptors pipe(2) returns.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: both descriptors are fresh and owned from here on.
+    let (mut reader, writer) = unsafe { (std::fs::File::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let kernel = KernelProc::start_with_stdout(dir.path(), &body, writer.into());
+    wait_for("readiness", Duration::from_secs(10), || {
+        kernel.admin_get("/readyz").0 == 200
+    });
+
+    // Far more log than the pipe (64 KiB) and the kernel's backlog (1 MiB)
+    // hold: each request logs at least one line of ~300 bytes (debug level).
+    let client = extproc::connect(&kernel.socket).await;
+    let requests = async {
+        for _ in 0..100 {
+            let batch = (0..50).map(|_| {
+                let mut c = client.clone();
+                async move { one(&mut c, Some("m"), &[]).await }
+            });
+            for r in futures::future::join_all(batch).await {
+                assert!(immediate_status(&r).is_none(), "{r:?}");
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(120), requests)
+        .await
+        .expect("requests stalled while nobody read the log");
+    let dropped = kernel.metric("policy_kernel_log_lines_dropped_total");
+    assert!(dropped > 0.0, "the test must overflow the backlog");
+
+    let text = tokio::task::spawn_blocking(move || {
+        let mut text = String::new();
+        let mut buf = vec![0; 1 << 16];
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !text.contains("log lines dropped") {
+            assert!(Instant::now() < deadline, "no warning after {} bytes", text.len());
+            let n = reader.read(&mut buf).expect("read");
+            assert!(n > 0, "log closed");
+            text.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+        text
+    })
+    .await
+    .expect("reader");
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("cut or garbled line ({e}): {l}")))
+        .collect();
+    let note = lines.last().expect("lines");
+    assert_eq!(note["level"], "warning");
+    // Lines dropped after the note (none: requests are over) would only add.
+    assert_eq!(
+        note["dropped"].as_f64(),
+        Some(kernel.metric("policy_kernel_log_lines_dropped_total"))
+    );
+    assert!(
+        lines
+            .iter()
+            .filter(|l| l["message"] == "Request processed successfully")
+            .count()
+            > 100,
+        "the held lines came out"
+    );
+}

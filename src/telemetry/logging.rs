@@ -27,9 +27,10 @@ fn filter(level: &str) -> EnvFilter {
 /// Installs the global JSON logger at `level`. Later calls change the level.
 ///
 /// Each line is formatted straight into the subscriber's per-thread buffer
-/// and written to stdout with one `write` call. (A writer thread was tried:
-/// no measurable CPU difference on the request path, and lines lagged behind
-/// the answers they describe.)
+/// and written to stdout with one `write` call, never waiting for a reader
+/// that has stopped ([`super::stdout`]). (A writer thread for every line was
+/// tried: no measurable CPU difference on the request path, and lines lagged
+/// behind the answers they describe.)
 pub fn init_logging(level: &str) {
     if FILTER.get().is_some() {
         set_level(level);
@@ -38,7 +39,7 @@ pub fn init_logging(level: &str) {
     let (layer, handle) = reload::Layer::new(filter(level));
     let fmt = tracing_subscriber::fmt::layer()
         .event_format(JsonFormat)
-        .with_writer(std::io::stdout);
+        .with_writer(super::stdout::Stdout);
     if tracing_subscriber::registry().with(layer).with(fmt).try_init().is_ok() {
         let _ = FILTER.set(handle);
     }

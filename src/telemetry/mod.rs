@@ -2,6 +2,7 @@
 
 pub mod logging;
 pub mod metrics;
+pub mod stdout;
 pub mod tracing;
 
 pub use logging::{init_logging, set_level};

@@ -108,9 +108,14 @@ impl Proc {
     pub fn spawn(name: &str, cmd: &mut Command, log: &Path) -> Self {
         let out = std::fs::File::create(log).expect("log file");
         let err = out.try_clone().expect("log file");
+        Self::spawn_io(name, cmd, Stdio::from(out), Stdio::from(err))
+    }
+
+    /// Spawns with the given standard output and error.
+    pub fn spawn_io(name: &str, cmd: &mut Command, stdout: Stdio, stderr: Stdio) -> Self {
         let child = cmd
-            .stdout(Stdio::from(out))
-            .stderr(Stdio::from(err))
+            .stdout(stdout)
+            .stderr(stderr)
             .spawn()
             .unwrap_or_else(|e| panic!("spawn {name}: {e}"));
         Self {
@@ -240,6 +245,16 @@ impl KernelProc {
 
     /// Like `start_with`, with extra environment variables for the process.
     pub fn start_env(dir: &Path, server: &str, body: &str, env: &[(&str, &str)]) -> Self {
+        Self::launch(dir, server, body, env, None)
+    }
+
+    /// Like `start`, with the process's standard output going to `stdout`
+    /// instead of the log file (standard error still goes there).
+    pub fn start_with_stdout(dir: &Path, body: &str, stdout: Stdio) -> Self {
+        Self::launch(dir, "", body, &[], Some(stdout))
+    }
+
+    fn launch(dir: &Path, server: &str, body: &str, env: &[(&str, &str)], stdout: Option<Stdio>) -> Self {
         let socket = dir.join("kernel.sock");
         let config = dir.join("kernel.yaml");
         let metrics_port = free_port();
@@ -260,7 +275,13 @@ impl KernelProc {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_policy-kernel"));
         cmd.arg(format!("--config={}", k.config.display()))
             .envs(env.iter().copied());
-        k.proc = Proc::spawn("kernel", &mut cmd, &k.log);
+        k.proc = match stdout {
+            Some(out) => {
+                let err = std::fs::File::create(&k.log).expect("log file");
+                Proc::spawn_io("kernel", &mut cmd, out, Stdio::from(err))
+            }
+            None => Proc::spawn("kernel", &mut cmd, &k.log),
+        };
         let deadline = Instant::now() + Duration::from_secs(20);
         while std::os::unix::net::UnixStream::connect(&k.socket).is_err() {
             assert!(Instant::now() < deadline, "kernel did not start:\n{}", k.log());
