@@ -50,10 +50,6 @@ pub struct Metrics {
     pub immediate: IntCounterVec,
     /// `policy_kernel_agent_circuit_state{agent}`: 0 closed, 1 open, 2 half-open.
     pub circuit: IntGaugeVec,
-    /// `policy_kernel_log_lines_dropped_total`, brought up to date with
-    /// [`super::stdout::dropped_lines`] when rendered.
-    log_dropped: IntCounter,
-    render_lock: std::sync::Mutex<()>,
 }
 
 fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -105,6 +101,9 @@ impl Metrics {
         .unwrap_or_else(|e| panic!("metric circuit: {e}"));
         r.register(Box::new(circuit.clone()))
             .unwrap_or_else(|e| panic!("metric circuit: {e}"));
+        // Counted by the log writer, which must not depend on this registry.
+        r.register(Box::new(super::stdout::dropped_counter().clone()))
+            .unwrap_or_else(|e| panic!("metric log_lines_dropped: {e}"));
         Self {
             requests: counter(
                 &r,
@@ -171,31 +170,12 @@ impl Metrics {
                 &["route", "status", "reason"],
             ),
             circuit,
-            log_dropped: {
-                let c = IntCounter::new(
-                    "policy_kernel_log_lines_dropped_total",
-                    "Log lines dropped because standard output was not being read",
-                )
-                .unwrap_or_else(|e| panic!("metric log_lines_dropped: {e}"));
-                r.register(Box::new(c.clone()))
-                    .unwrap_or_else(|e| panic!("metric log_lines_dropped: {e}"));
-                c
-            },
-            render_lock: std::sync::Mutex::new(()),
             registry: r,
         }
     }
 
     /// Text exposition of every metric.
     pub fn render(&self) -> String {
-        {
-            let _one = self
-                .render_lock
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let behind = super::stdout::dropped_lines().saturating_sub(self.log_dropped.get());
-            self.log_dropped.inc_by(behind);
-        }
         let mut out = String::new();
         let _ = prometheus::TextEncoder::new().encode_utf8(&self.registry.gather(), &mut out);
         out

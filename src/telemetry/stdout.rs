@@ -15,21 +15,27 @@
 //! this way and is written directly, with no extra system call.
 
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Condvar, LazyLock, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
+use prometheus::IntCounter;
 use tracing_subscriber::fmt::MakeWriter;
 
 /// Bytes held back at most while the output cannot take them.
 const BACKLOG_MAX: usize = 1 << 20;
 
-/// Lines not written because the backlog was full, since start.
-static DROPPED: AtomicU64 = AtomicU64::new(0);
-
-/// Log lines dropped since start because standard output was not being read.
-pub fn dropped_lines() -> u64 {
-    DROPPED.load(Ordering::Relaxed)
+/// `policy_kernel_log_lines_dropped_total`: lines not written because the
+/// backlog was full, since start. The metrics registry serves this counter
+/// itself ([`super::metrics`]).
+pub fn dropped_counter() -> &'static IntCounter {
+    static DROPPED: LazyLock<IntCounter> = LazyLock::new(|| {
+        IntCounter::new(
+            "policy_kernel_log_lines_dropped_total",
+            "Log lines dropped because standard output was not being read",
+        )
+        .unwrap_or_else(|e| panic!("metric log_lines_dropped: {e}"))
+    });
+    &DROPPED
 }
 
 /// One output descriptor and its backlog.
@@ -105,7 +111,7 @@ impl Output {
             return;
         } else {
             b.dropped += 1;
-            DROPPED.fetch_add(1, Ordering::Relaxed);
+            dropped_counter().inc();
             return;
         }
         // The backlog just started: hand it to the background writer.
@@ -306,7 +312,7 @@ mod tests {
         let dropped = out.lock().dropped;
         assert!(dropped > 0, "more than the backlog was written");
         // The process-wide count (other tests may add theirs).
-        assert!(dropped_lines() >= dropped);
+        assert!(dropped_counter().get() >= dropped);
 
         // Read until the note arrives.
         let mut text = String::new();
