@@ -40,16 +40,26 @@ impl TraceService for Collector {
 }
 
 impl Collector {
-    /// Serves on a free loopback port; returns the endpoint URL.
+    /// Serves on a loopback port of its own; returns the endpoint URL.
+    ///
+    /// The listener is bound here and handed to the server, so no other
+    /// socket can take the port between choosing it and listening on it.
     async fn start(&self) -> String {
-        let port = free_port();
-        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind the collector");
+        let port = listener.local_addr().expect("collector address").port();
         let svc = TraceServiceServer::new(self.clone());
-        tokio::spawn(tonic::transport::Server::builder().add_service(svc).serve(addr));
-        until("the collector to listen", Duration::from_secs(10), || async move {
-            tokio::net::TcpStream::connect(addr).await.is_ok()
-        })
-        .await;
+        tokio::spawn(async move {
+            let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+            if let Err(e) = tonic::transport::Server::builder()
+                .add_service(svc)
+                .serve_with_incoming(incoming)
+                .await
+            {
+                eprintln!("collector stopped: {e}");
+            }
+        });
         format!("http://127.0.0.1:{port}")
     }
 
