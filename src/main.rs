@@ -127,7 +127,7 @@ async fn serve(path: PathBuf, cfg: config::KernelConfig) -> anyhow::Result<()> {
     }
     tracing::info!("policy kernel stopped");
     // Log lines held back while stdout was not being read get a last chance.
-    telemetry::stdout::Output::stdout().flush(Duration::from_secs(1));
+    telemetry::stdout::output().flush(Duration::from_secs(1));
     Ok(())
 }
 

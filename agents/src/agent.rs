@@ -208,6 +208,8 @@ impl Agent {
         };
         shared.registry.shutdown().await;
         tracing::info!("agent stopped");
+        // Lines held back while stderr was not being read get a last chance.
+        let _ = tokio::task::spawn_blocking(crate::cli::flush_logs).await;
         result
     }
 }

@@ -1,6 +1,9 @@
 //! Command-line pieces shared by agent binaries: serving flags and logging.
 
+use std::sync::OnceLock;
 use std::time::Duration;
+
+use policy_net::log_output::{Output, Writer};
 
 use crate::agent::AgentBuilder;
 
@@ -38,12 +41,16 @@ pub fn parse_mode(s: &str) -> Result<u32, String> {
 }
 
 /// Starts logging to stderr; the filter comes from `RUST_LOG` (default `info`).
+///
+/// Lines go out through [`policy_net::log_output`]: a stderr pipe that
+/// nobody reads (a stuck log shipper) holds lines back, then drops them with
+/// a count, instead of blocking the threads that answer the kernel.
 pub fn init_tracing(json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(Writer(stderr_output(json)));
     let result = if json {
         builder.json().try_init()
     } else {
@@ -53,8 +60,52 @@ pub fn init_tracing(json: bool) {
     let _ = result;
 }
 
+static STDERR: OnceLock<Output> = OnceLock::new();
+
+/// Standard error, shared by the whole process; the first call picks the
+/// format of the note on dropped lines.
+fn stderr_output(json: bool) -> &'static Output {
+    STDERR.get_or_init(|| Output::new(libc::STDERR_FILENO, move |dropped| dropped_note(json, dropped)))
+}
+
+/// The warning line that reports `dropped` lines, in the format of the
+/// subscriber's other lines.
+fn dropped_note(json: bool, dropped: u64) -> String {
+    let now = humantime::format_rfc3339_micros(std::time::SystemTime::now());
+    let message = "log lines dropped: standard error was not being read";
+    if json {
+        format!(
+            "{{\"timestamp\":\"{now}\",\"level\":\"WARN\",\"fields\":{{\"message\":\"{message}\",\"dropped\":{dropped}}},\"target\":\"policy_agents\"}}\n"
+        )
+    } else {
+        format!("{now}  WARN policy_agents: {message} dropped={dropped}\n")
+    }
+}
+
+/// Gives log lines still held back (stderr not being read) up to a second
+/// to get out; for the end of `main`. Does nothing without [`init_tracing`].
+pub fn flush_logs() {
+    if let Some(out) = STDERR.get() {
+        out.flush(Duration::from_secs(1));
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    /// The note on dropped lines is one line in either format.
+    #[test]
+    fn the_dropped_note_matches_the_log_format() {
+        let json = super::dropped_note(true, 7);
+        let (line, rest) = json.split_once('\n').expect("a newline");
+        assert!(rest.is_empty());
+        let v: serde_json::Value = serde_json::from_str(line).expect("JSON");
+        assert_eq!(v["level"], "WARN");
+        assert_eq!(v["fields"]["dropped"], 7);
+        let text = super::dropped_note(false, 7);
+        assert!(text.ends_with("log lines dropped: standard error was not being read dropped=7\n"));
+        assert_eq!(text.lines().count(), 1);
+    }
+
     #[test]
     fn modes_parse_in_octal() {
         assert_eq!(super::parse_mode("660"), Ok(0o660));

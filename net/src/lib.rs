@@ -1,6 +1,7 @@
-//! Transport shared by the kernel and its agents: Unix-socket streams that
-//! wake their task only for reads ([`UnixConn`]), and the gRPC codec of the
-//! agent protocol ([`codec::ContiguousCodec`]).
+//! Shared by the kernel and its agents: Unix-socket streams that wake their
+//! task only for reads ([`UnixConn`]), the gRPC codec of the agent protocol
+//! ([`codec::ContiguousCodec`]), and log output that never blocks the
+//! threads that log ([`log_output::Output`]).
 //!
 //! Tokio registers every socket with epoll for readability and writability
 //! (edge-triggered). On a Unix stream socket the kernel signals writability
@@ -24,6 +25,7 @@ use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
 pub mod codec;
+pub mod log_output;
 
 /// Agent calls the kernel may cancel before an agent's server has accepted
 /// them, at once, without the connection being closed (HTTP/2's guard
