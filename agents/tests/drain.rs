@@ -20,27 +20,6 @@ fn spawn_agent(socket: &std::path::Path) -> Child {
         .expect("spawn example-agent")
 }
 
-fn sigterm(child: &Child) {
-    let pid = libc::pid_t::try_from(child.id()).unwrap();
-    // SAFETY: kill(2) with a pid we spawned and own; no memory is involved.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
-}
-
-/// Waits for the child to exit; kills it (by pid) and fails after `limit`.
-fn wait_exit(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
-    let start = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            panic!("agent did not exit within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_drains_in_flight_calls_then_exits() {
     let dir = tempfile::tempdir().unwrap();

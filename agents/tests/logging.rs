@@ -75,18 +75,7 @@ async fn a_stalled_log_reader_does_not_stall_calls() {
     assert_eq!(written.len() + dropped, calls, "every warning written or counted");
 
     // SIGTERM: a clean exit.
-    let pid = libc::pid_t::try_from(spawned.child.id()).unwrap();
-    // SAFETY: kill(2) with a pid we spawned and own.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
-    let deadline = Instant::now() + Duration::from_secs(15);
-    let status = loop {
-        if let Some(status) = spawned.child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            panic!("the agent did not exit within 15 s of SIGTERM");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    sigterm(&spawned.child);
+    let status = wait_exit(&mut spawned.child, Duration::from_secs(15));
     assert!(status.success(), "exit {status}");
 }

@@ -39,7 +39,7 @@ pub fn init_logging(level: &str) {
     let (layer, handle) = reload::Layer::new(filter(level));
     let fmt = tracing_subscriber::fmt::layer()
         .event_format(JsonFormat)
-        .with_writer(super::stdout::Stdout);
+        .with_writer(policy_net::log_output::Writer(super::stdout::output()));
     if tracing_subscriber::registry().with(layer).with(fmt).try_init().is_ok() {
         let _ = FILTER.set(handle);
     }

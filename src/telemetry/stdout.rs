@@ -4,9 +4,8 @@
 
 use std::sync::{LazyLock, OnceLock};
 
-use policy_net::log_output::{Output, Writer};
+use policy_net::log_output::Output;
 use prometheus::IntCounter;
-use tracing_subscriber::fmt::MakeWriter;
 
 /// `policy_kernel_log_lines_dropped_total`: lines not written because the
 /// backlog was full, since start. The metrics registry serves this counter
@@ -22,7 +21,8 @@ pub fn dropped_counter() -> &'static IntCounter {
     &DROPPED
 }
 
-/// Standard output, shared by the whole process.
+/// Standard output, shared by the whole process; the log subscriber writes
+/// to it through [`policy_net::log_output::Writer`].
 pub fn output() -> &'static Output {
     static STDOUT: OnceLock<Output> = OnceLock::new();
     STDOUT.get_or_init(|| Output::new(libc::STDOUT_FILENO, note).on_drop(|| dropped_counter().inc()))
@@ -34,17 +34,6 @@ fn note(dropped: u64) -> String {
         "{{\"timestamp\":\"{}\",\"level\":\"warning\",\"component\":\"kernel\",\"message\":\"log lines dropped: standard output was not being read\",\"dropped\":{dropped}}}\n",
         humantime::format_rfc3339_micros(std::time::SystemTime::now()),
     )
-}
-
-/// The `MakeWriter` of the log subscriber: standard output, never blocking.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Stdout;
-
-impl<'a> MakeWriter<'a> for Stdout {
-    type Writer = <Writer as MakeWriter<'a>>::Writer;
-    fn make_writer(&'a self) -> Self::Writer {
-        Writer(output()).make_writer()
-    }
 }
 
 #[cfg(test)]
