@@ -18,7 +18,7 @@ async fn python_agent_serves_a_route_through_envoy() {
         .args(["-c", "import grpc, grpc_tools"])
         .status()
         .is_ok_and(|s| s.success());
-    assert!(has_grpc, "grpcio and grpcio-tools missing from .venv: run `make setup`");
+    assert!(has_grpc, "grpcio and grpcio-tools missing from .venv: run `make test`, which installs agents/examples/python/requirements.txt there");
 
     let dir = workdir();
     let socket = dir.path().join("python.sock");

@@ -103,29 +103,14 @@ async fn reference_agents_behind_the_deployable_configs() {
 
     // deploy/envoy.yaml, moved likewise.
     let upstream = Upstream::start().await;
-    let (listen, admin) = (free_port(), free_port());
     let envoy_cfg = std::fs::read_to_string(root.join("deploy/envoy.yaml"))
         .unwrap()
-        .replace("port_value: 10000", &format!("port_value: {listen}"))
-        .replace("port_value: 9901", &format!("port_value: {admin}"))
+        .replace("port_value: 10000", "port_value: 0")
+        .replace("port_value: 9901", "port_value: 0")
         .replace("port_value: 8080", &format!("port_value: {}", upstream.addr.port()))
         .replace("run/sockets/kernel.sock", &sock("kernel").display().to_string());
-    std::fs::write(dir.join("envoy.yaml"), envoy_cfg).unwrap();
-    let mut cmd = Command::new(support::envoy::envoy_bin());
-    cmd.arg("-c")
-        .arg(dir.join("envoy.yaml"))
-        .args(["--concurrency", "1", "--disable-hot-restart", "--base-id"])
-        .arg(listen.to_string());
-    let _envoy = Proc::spawn("envoy", &mut cmd, &dir.join("envoy.log"));
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while http_get(admin, "/ready").0 != 200 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "envoy not ready: {}",
-            std::fs::read_to_string(dir.join("envoy.log")).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let envoy = support::envoy::Envoy::launch(dir, &envoy_cfg, &[]);
+    let listen = envoy.port;
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while http_get(metrics, "/config").1.matches("\"healthy\":true").count() < 3 {
         assert!(

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use super::{free_port, Proc};
+use super::Proc;
 
 /// The Envoy binary: `$ENVOY_BIN`, else the project venv's real binary.
 pub fn envoy_bin() -> PathBuf {
@@ -48,7 +48,7 @@ pub enum KernelAt<'a> {
     Tcp(u16),
 }
 
-fn config(port: u16, admin: u16, kernel: KernelAt<'_>, upstream: u16) -> String {
+fn config(kernel: KernelAt<'_>, upstream: u16) -> String {
     let kernel_address = match kernel {
         KernelAt::Socket(path) => format!("pipe: {{path: {}}}", path.display()),
         KernelAt::Tcp(port) => format!("socket_address: {{address: 127.0.0.1, port_value: {port}}}"),
@@ -59,11 +59,11 @@ fn config(port: u16, admin: u16, kernel: KernelAt<'_>, upstream: u16) -> String 
         .collect();
     format!(
         r#"admin:
-  address: {{socket_address: {{address: 127.0.0.1, port_value: {admin}}}}}
+  address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}
 static_resources:
   listeners:
   - name: main
-    address: {{socket_address: {{address: 127.0.0.1, port_value: {port}}}}}
+    address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}
     filter_chains:
     - filters:
       - name: envoy.filters.network.http_connection_manager
@@ -152,38 +152,70 @@ impl Envoy {
 
     /// Starts Envoy in `dir`, reaching the kernel at `kernel`.
     pub fn start_at(dir: &Path, kernel: KernelAt<'_>, upstream: u16) -> Self {
-        let (port, admin) = (free_port(), free_port());
+        Self::launch(dir, &config(kernel, upstream), &["-l", "warning"])
+    }
+
+    /// Starts Envoy in `dir` on `config` (one listener), with `args` added to
+    /// its command line, and waits until it is ready.
+    ///
+    /// The config gives the admin endpoint and the listener port 0: Envoy
+    /// binds both itself, and their ports are read back from it (the admin
+    /// address from `--admin-address-path`, the listener's from the admin
+    /// `/listeners`). A port chosen before Envoy binds it could be taken by
+    /// another process in between.
+    pub fn launch(dir: &Path, config: &str, args: &[&str]) -> Self {
         let path = dir.join("envoy.yaml");
-        std::fs::write(&path, config(port, admin, kernel, upstream)).expect("write envoy config");
+        std::fs::write(&path, config).expect("write envoy config");
+        let admin_path = dir.join("envoy.admin");
+        let _ = std::fs::remove_file(&admin_path);
         let log = dir.join("envoy.log");
         let mut cmd = Command::new(envoy_bin());
         cmd.arg("-c")
             .arg(&path)
-            .args(["--concurrency", "1", "--disable-hot-restart", "-l", "warning"]);
-        // Access log lines reach the file within 100 ms (Envoy's default
-        // flush interval is 10 s), so tests can read them.
-        cmd.args(["--file-flush-interval-msec", "100"]);
-        cmd.arg("--base-id").arg(port.to_string());
-        let proc = Proc::spawn("envoy", &mut cmd, &log);
-        let envoy = Self { proc, port, admin, log };
-        envoy.wait_ready(Duration::from_secs(30));
-        envoy
-    }
-
-    fn wait_ready(&self, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            if let Ok(body) = blocking_get(self.admin, "/ready") {
-                if body.contains("LIVE") {
-                    return;
-                }
+            .args(["--concurrency", "1", "--disable-hot-restart"])
+            .arg("--admin-address-path")
+            .arg(&admin_path)
+            // Access log lines reach the file within 100 ms (Envoy's
+            // default flush interval is 10 s), so tests can read them.
+            .args(["--file-flush-interval-msec", "100"])
+            .args(args);
+        let mut proc = Proc::spawn("envoy", &mut cmd, &log);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let not_ready = |proc: &mut Proc, what: &str| {
+            let exited = proc.child.try_wait().ok().flatten();
+            if exited.is_some() || Instant::now() > deadline {
+                panic!(
+                    "envoy not ready ({what}; exit: {exited:?}):\n{}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
             }
             std::thread::sleep(Duration::from_millis(50));
+        };
+        let admin = loop {
+            let written = std::fs::read_to_string(&admin_path).unwrap_or_default();
+            match written.trim().parse::<std::net::SocketAddr>() {
+                Ok(a) => break a.port(),
+                Err(_) => not_ready(&mut proc, "no admin address"),
+            }
+        };
+        while !blocking_get(admin, "/ready").is_ok_and(|b| b.contains("LIVE")) {
+            not_ready(&mut proc, "not LIVE");
         }
-        panic!(
-            "envoy not ready: {}",
-            std::fs::read_to_string(&self.log).unwrap_or_default()
-        );
+        let port = loop {
+            // Text form, one `NAME::ADDRESS` line per listener (the JSON
+            // form comes chunked).
+            let body = blocking_get(admin, "/listeners").unwrap_or_default();
+            let port = body
+                .lines()
+                .find_map(|l| l.split_once("::")?.1.trim().parse::<std::net::SocketAddr>().ok())
+                .map(|a| a.port())
+                .filter(|p| *p != 0);
+            match port {
+                Some(p) => break p,
+                None => not_ready(&mut proc, "no listener port"),
+            }
+        };
+        Self { proc, port, admin, log }
     }
 
     /// URL on the listener.

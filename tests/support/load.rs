@@ -11,7 +11,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{free_port, Envoy, KernelProc, Proc};
+use super::{Envoy, KernelProc, Proc};
 
 // ---------------------------------------------------------------- scale
 
@@ -85,7 +85,7 @@ impl EnvoyOpts {
     }
 }
 
-fn envoy_config(port: u16, admin: u16, kernel_socket: &Path, upstream: u16, o: &EnvoyOpts) -> String {
+fn envoy_config(kernel_socket: &Path, upstream: u16, o: &EnvoyOpts) -> String {
     let routes: String = o
         .routes
         .iter()
@@ -99,11 +99,11 @@ fn envoy_config(port: u16, admin: u16, kernel_socket: &Path, upstream: u16, o: &
         .collect();
     format!(
         r#"admin:
-  address: {{socket_address: {{address: 127.0.0.1, port_value: {admin}}}}}
+  address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}
 static_resources:
   listeners:
   - name: main
-    address: {{socket_address: {{address: 127.0.0.1, port_value: {port}}}}}
+    address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}
     per_connection_buffer_limit_bytes: {limit}
     filter_chains:
     - filters:
@@ -180,30 +180,7 @@ static_resources:
 
 /// Starts an Envoy in `dir` in front of the kernel socket and the upstream.
 pub fn start_envoy(dir: &Path, kernel_socket: &Path, upstream: u16, opts: &EnvoyOpts) -> Envoy {
-    let (port, admin) = (free_port(), free_port());
-    let path = dir.join("envoy.yaml");
-    std::fs::write(&path, envoy_config(port, admin, kernel_socket, upstream, opts)).expect("write envoy config");
-    let log = dir.join("envoy.log");
-    let mut cmd = Command::new(super::envoy::envoy_bin());
-    cmd.arg("-c")
-        .arg(&path)
-        .args(["--concurrency", "1", "--disable-hot-restart", "-l", "warning"])
-        // Access log lines within 100 ms (the default is 10 s).
-        .args(["--file-flush-interval-msec", "100"])
-        .arg("--base-id")
-        .arg(port.to_string());
-    let proc = Proc::spawn("envoy", &mut cmd, &log);
-    let envoy = Envoy { proc, port, admin, log };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let (_, body) = super::http_get(admin, "/ready");
-        if body.contains("LIVE") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "envoy not ready:\n{}", envoy.log());
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    envoy
+    Envoy::launch(dir, &envoy_config(kernel_socket, upstream, opts), &["-l", "warning"])
 }
 
 /// Whether Envoy's process is still the one started and answers `/ready`.

@@ -44,7 +44,9 @@ pub fn workdir() -> tempfile::TempDir {
 }
 
 /// A TCP port on loopback that is free now, for a server the test starts
-/// next (Envoy, the kernel's metrics endpoint).
+/// next and that cannot bind port 0 itself (the kernel's metrics endpoint,
+/// where 0 means off). Envoy binds port 0 and reports its ports instead
+/// (`Envoy::launch`).
 ///
 /// Taken from below the system's ephemeral range: a port from there (what
 /// binding port 0 hands out) can be taken, between this call and the server's
