@@ -1,6 +1,6 @@
 //! The contract beyond Rust: the Python example agent
 //! (agents/examples/python, grpcio, stubs generated from proto/) behind the
-//! real kernel and a real Envoy.
+//! real kernel and a real Envoy, and its own checks (check.py).
 
 mod support;
 
@@ -10,15 +10,40 @@ use std::time::Duration;
 
 use support::*;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn python_agent_serves_a_route_through_envoy() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let python = root.join(".venv/bin/python");
+/// The venv's Python, with grpcio and grpcio-tools.
+fn python() -> std::path::PathBuf {
+    let python = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
     let has_grpc = Command::new(&python)
         .args(["-c", "import grpc, grpc_tools"])
         .status()
         .is_ok_and(|s| s.success());
     assert!(has_grpc, "grpcio and grpcio-tools missing from .venv: run `make test`, which installs agents/examples/python/requirements.txt there");
+    python
+}
+
+/// `check.py`: the agent's calls, socket mode and SIGTERM exit, and that
+/// calls are answered while nobody reads its stderr (each logs a warning).
+#[test]
+fn python_agent_passes_its_checks() {
+    let stubs = workdir();
+    let out = Command::new(python())
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("agents/examples/python/check.py"))
+        .env("POLICY_AGENT_STUBS", stubs.path())
+        .output()
+        .expect("run check.py");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains(" passed, 0 failed"),
+        "check.py: {:?}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_agent_serves_a_route_through_envoy() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let python = python();
 
     let dir = workdir();
     let socket = dir.path().join("python.sock");

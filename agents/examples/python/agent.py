@@ -12,10 +12,14 @@ Usage: python agent.py --socket /var/run/policy-engine/agents/python.sock
 import argparse
 import json
 import logging
+import logging.handlers
 import os
+import queue
 import signal
 import stat
+import sys
 import threading
+import time
 from concurrent import futures
 
 import grpc
@@ -28,6 +32,9 @@ log = logging.getLogger("python-agent")
 AGENT_NAME = "python-agent"
 VERSION = "0.1.0"
 POLICY = "blockUserAgents"
+# Log records held for the writer thread while stderr is not taking them.
+LOG_BACKLOG = 1000
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
 
 def parse_list(raw):
@@ -111,6 +118,71 @@ class Agent(pb_grpc.PolicyAgentServicer):
         return pb.PolicyResponseResponse(request_id=request.request_id)
 
 
+class DroppingQueueHandler(logging.handlers.QueueHandler):
+    """Hands each record to the log writer thread. When the writer is
+    LOG_BACKLOG records behind (nobody reads stderr), the record is dropped
+    and counted instead of blocking the call that logged it."""
+
+    def __init__(self, records):
+        super().__init__(records)
+        self.dropped = 0
+        self.dropped_lock = threading.Lock()
+
+    def enqueue(self, record):
+        try:
+            self.queue.put_nowait(record)
+        except queue.Full:
+            with self.dropped_lock:
+                self.dropped += 1
+
+
+def start_logging(level):
+    """Logs to stderr through a writer thread, so that a stalled stderr
+    reader stalls only that thread. Dropped records are reported by a
+    warning line once stderr takes lines again (and at exit). Returns
+    ``flush(timeout)``, which gives held-back lines up to ``timeout`` seconds
+    to go out."""
+    records = queue.Queue(maxsize=LOG_BACKLOG)
+    handler = DroppingQueueHandler(records)
+    out = logging.StreamHandler(sys.stderr)
+    out.setFormatter(logging.Formatter(LOG_FORMAT))
+    noted = 0
+
+    def note_drops():
+        nonlocal noted
+        with handler.dropped_lock:
+            dropped = handler.dropped
+        if dropped > noted:
+            msg = "%d log lines dropped: stderr was not read"
+            out.handle(logging.makeLogRecord({"name": log.name, "levelno": logging.WARNING,
+                                              "levelname": "WARNING", "msg": msg, "args": (dropped - noted,)}))
+            noted = dropped
+
+    def write():
+        while True:
+            record = records.get()
+            note_drops()
+            if record is None:
+                return
+            out.handle(record)
+
+    writer = threading.Thread(target=write, name="log-writer", daemon=True)
+    writer.start()
+    root = logging.getLogger()
+    root.setLevel(level)
+    root.addHandler(handler)
+
+    def flush(timeout):
+        deadline = time.monotonic() + timeout
+        try:
+            records.put(None, timeout=timeout)
+        except queue.Full:
+            return
+        writer.join(max(0.0, deadline - time.monotonic()))
+
+    return flush
+
+
 def bind_path(path):
     """Removes a stale socket (never a symlink or another kind of file)."""
     parent = os.path.dirname(path) or "."
@@ -151,8 +223,11 @@ def main():
     parser.add_argument("--socket-mode", default="660", type=lambda s: int(s, 8))
     parser.add_argument("--drain-timeout-s", default=30, type=float)
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    serve(args.socket, args.socket_mode, args.drain_timeout_s)
+    flush_logs = start_logging(logging.INFO)
+    try:
+        serve(args.socket, args.socket_mode, args.drain_timeout_s)
+    finally:
+        flush_logs(1.0)
 
 
 if __name__ == "__main__":

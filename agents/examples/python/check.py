@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Starts agent.py on a socket in a temp dir and checks it from Python:
 GetAgentConfig, HealthCheck, ExecutePolicyRequest (pass and deny),
-the socket's mode, and a clean exit on SIGTERM. Exit status 0 when all pass.
+the socket's mode, and a clean exit on SIGTERM. Then starts it again with its
+stderr on a pipe nobody reads and checks that calls that each log a warning
+are still answered. Exit status 0 when all pass.
 
 Usage: python check.py
 """
@@ -47,17 +49,75 @@ def call(stub, user_agent, blocked='["curl","sqlmap"]'):
     return stub.ExecutePolicyRequest(request, timeout=5)
 
 
+def start(sock, **popen):
+    agent = subprocess.Popen([sys.executable, str(HERE / "agent.py"), "--socket", sock], **popen)
+    for _ in range(100):
+        if os.path.exists(sock):
+            break
+        time.sleep(0.05)
+    channel = grpc.insecure_channel(f"unix:{sock}")
+    grpc.channel_ready_future(channel).result(timeout=10)
+    return agent, channel
+
+
+def stop(agent):
+    agent.send_signal(signal.SIGTERM)
+    try:
+        return agent.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        agent.kill()
+        return None
+
+
+# Calls with an unknown policy: each logs one warning line (about 90 bytes),
+# several times what a pipe buffer and the agent's log backlog hold.
+STALLED_CALLS = 4000
+
+
+def stalled_stderr(tmp):
+    """The agent's stderr is a pipe that is read only after STALLED_CALLS
+    calls: every call must still be answered, and every line is either
+    written or counted in the "dropped" note."""
+    sock = os.path.join(tmp, "stalled", "python.sock")
+    agent, channel = start(sock, stderr=subprocess.PIPE)
+    stub = pb_grpc.PolicyAgentStub(channel)
+    request = pb.PolicyRequestPhase(
+        request_id="py-stalled",
+        policies=[pb.Policy(name="notAPolicy", on_failure="continue")],
+        request_data=pb.RequestData(method="GET", path="/"),
+        deadline_ms=1000,
+    )
+    answered = 0
+    try:
+        for _ in range(STALLED_CALLS):
+            stub.ExecutePolicyRequest(request, timeout=10)
+            answered += 1
+    except grpc.RpcError as e:
+        print(f"call {answered + 1} with stderr unread: {e.code()}")
+    finally:
+        channel.close()
+    check(f"{STALLED_CALLS} logging calls answered with stderr unread", answered == STALLED_CALLS, answered)
+    agent.send_signal(signal.SIGTERM)
+    try:
+        _, err = agent.communicate(timeout=15)
+    except subprocess.TimeoutExpired:
+        agent.kill()
+        _, err = agent.communicate()
+    lines = err.decode(errors="replace").splitlines()
+    notes = [l for l in lines if " log lines dropped: " in l]
+    dropped = sum(int(l.split(" log lines dropped")[0].split()[-1]) for l in notes)
+    written = len(lines) - len(notes)
+    # Besides the calls' warnings, the agent logs "serving on" and "draining".
+    check("lines written + dropped = lines logged", written + dropped == STALLED_CALLS + 2, (written, dropped))
+    check("some lines were dropped, and noted", dropped > 0, dropped)
+    check("clean exit on SIGTERM with stderr stalled", agent.returncode == 0, agent.returncode)
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         sock = os.path.join(tmp, "agents", "python.sock")
-        agent = subprocess.Popen([sys.executable, str(HERE / "agent.py"), "--socket", sock])
+        agent, channel = start(sock)
         try:
-            for _ in range(100):
-                if os.path.exists(sock):
-                    break
-                time.sleep(0.05)
-            channel = grpc.insecure_channel(f"unix:{sock}")
-            grpc.channel_ready_future(channel).result(timeout=10)
             stub = pb_grpc.PolicyAgentStub(channel)
 
             config = stub.GetAgentConfig(pb.GetAgentConfigRequest(), timeout=5)
@@ -85,14 +145,10 @@ def main():
             check("socket mode is 0660", mode == 0o660, oct(mode))
             channel.close()
         finally:
-            agent.send_signal(signal.SIGTERM)
-            try:
-                code = agent.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                agent.kill()
-                code = None
+            code = stop(agent)
         check("clean exit on SIGTERM", code == 0, code)
         check("socket removed on exit", not os.path.exists(sock))
+        stalled_stderr(tmp)
     print(f"{passed} passed, {failed} failed")
     return 0 if failed == 0 else 1
 
