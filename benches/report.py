@@ -216,10 +216,10 @@ def cmd_table(a):
              "core 1 (maximum: h2load closed loop, 16 connections x 8 streams; fixed rates: pk-http, requests "
              "evenly paced over 8 HTTP/2 connections, latency from each request's scheduled start to the end of "
              "its response; h2load `--rps` is not used for them because it sends each timer tick's requests as "
-             "one burst). *other load* = busy cores of the whole machine "
+             "one burst); %s s measured after the warm-up, %s s at 1,000 req/s. *other load* = busy cores of the whole machine "
              "(/proc/stat) minus the measured processes and the load generator: work of other users of the "
              "machine during that run (noise)."
-             % (a.direct_rate, a.concurrency, a.duration))
+             % (a.direct_rate, a.concurrency, a.duration, a.duration, a.latency_duration))
     if a.note:
         o.append("")
         o.append("**Note:** %s" % a.note)
@@ -586,6 +586,7 @@ def main():
     t.add_argument("--command", default="bash benches/run.sh")
     t.add_argument("--direct-rate", default="?")
     t.add_argument("--duration", default="?")
+    t.add_argument("--latency-duration", default="?")
     t.add_argument("--concurrency", default="?")
     t.add_argument("--note")
     t.add_argument("--loadavg", default="?")

@@ -191,16 +191,15 @@ impl Envoy {
             }
             std::thread::sleep(Duration::from_millis(50));
         };
+        // The file is read again on each try: Envoy may be writing it.
         let admin = loop {
             let written = std::fs::read_to_string(&admin_path).unwrap_or_default();
             match written.trim().parse::<std::net::SocketAddr>() {
-                Ok(a) => break a.port(),
+                Ok(a) if blocking_get(a.port(), "/ready").is_ok_and(|b| b.contains("LIVE")) => break a.port(),
+                Ok(_) => not_ready(&mut proc, "not LIVE"),
                 Err(_) => not_ready(&mut proc, "no admin address"),
             }
         };
-        while !blocking_get(admin, "/ready").is_ok_and(|b| b.contains("LIVE")) {
-            not_ready(&mut proc, "not LIVE");
-        }
         let port = loop {
             // Text form, one `NAME::ADDRESS` line per listener (the JSON
             // form comes chunked).
