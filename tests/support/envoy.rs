@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use super::Proc;
+use super::{http_get, Proc};
 
 /// The Envoy binary: `$ENVOY_BIN`, else the project venv's real binary.
 pub fn envoy_bin() -> PathBuf {
@@ -195,7 +195,7 @@ impl Envoy {
         let admin = loop {
             let written = std::fs::read_to_string(&admin_path).unwrap_or_default();
             match written.trim().parse::<std::net::SocketAddr>() {
-                Ok(a) if blocking_get(a.port(), "/ready").is_ok_and(|b| b.contains("LIVE")) => break a.port(),
+                Ok(a) if http_get(a.port(), "/ready").1.contains("LIVE") => break a.port(),
                 Ok(_) => not_ready(&mut proc, "not LIVE"),
                 Err(_) => not_ready(&mut proc, "no admin address"),
             }
@@ -203,7 +203,7 @@ impl Envoy {
         let port = loop {
             // Text form, one `NAME::ADDRESS` line per listener (the JSON
             // form comes chunked).
-            let body = blocking_get(admin, "/listeners").unwrap_or_default();
+            let (_, body) = http_get(admin, "/listeners");
             let port = body
                 .lines()
                 .find_map(|l| l.split_once("::")?.1.trim().parse::<std::net::SocketAddr>().ok())
@@ -224,7 +224,7 @@ impl Envoy {
 
     /// One counter from `/stats`, 0 when absent.
     pub fn stat(&self, name: &str) -> u64 {
-        let body = blocking_get(self.admin, &format!("/stats?filter=^{name}$")).unwrap_or_default();
+        let (_, body) = http_get(self.admin, &format!("/stats?filter=^{name}$"));
         body.lines()
             .find_map(|l| l.strip_prefix(&format!("{name}: ")))
             .and_then(|v| v.trim().parse().ok())
@@ -234,14 +234,4 @@ impl Envoy {
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
-}
-
-fn blocking_get(port: u16, path: &str) -> std::io::Result<String> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
-    s.set_read_timeout(Some(Duration::from_secs(2)))?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")?;
-    let mut out = String::new();
-    s.read_to_string(&mut out)?;
-    Ok(out)
 }
