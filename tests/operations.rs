@@ -415,6 +415,8 @@ async fn reload_under_load_through_envoy() {
         "{}",
         kernel.log()
     );
+    // The counters are read (streams were started), and none failed.
+    assert!(envoy.stat("http.ingress.ext_proc.streams_started") > 0);
     assert_eq!(envoy.stat("http.ingress.ext_proc.streams_failed"), 0);
 }
 
