@@ -204,7 +204,7 @@ def cmd_table(a):
     R = load(a.file)
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     o = []
-    o.append("## %s: `%s`" % (now, a.command.strip()))
+    o.append("## %s%s: `%s`" % (now, ", commit " + a.commit if a.commit else "", a.command.strip()))
     o.append("")
     o.append("Machine: `nproc` = %s, CPU: %s; load average at start / end: %s; measured processes at nice %s. "
              "Run took %s s." % (a.nproc, a.cpu, a.loadavg, a.nice, a.elapsed))
@@ -223,6 +223,7 @@ def cmd_table(a):
     if a.note:
         o.append("")
         o.append("**Note:** %s" % a.note)
+    head_len = len(o)
 
     if a.criterion:
         rows = parse_criterion(a.criterion)
@@ -476,6 +477,9 @@ def cmd_table(a):
                "%.0f req/s with Envoy + kernel + agent sharing ONE core (h2load on the other): not the spec's "
                "set-up, which this 2-core machine cannot host with a load generator" % ek1m["rps"], None)
     o.append("")
+    # The targets lead: a reader looks for them first.
+    t = o.index("### Targets")
+    o = o[:head_len] + o[t - 1:] + o[head_len:t - 1]
     print("\n".join(o))
 
 
@@ -589,6 +593,7 @@ def main():
     t.add_argument("--latency-duration", default="?")
     t.add_argument("--concurrency", default="?")
     t.add_argument("--note")
+    t.add_argument("--commit")
     t.add_argument("--loadavg", default="?")
     t.add_argument("--nice", default="0")
     a = p.parse_args()

@@ -23,7 +23,8 @@
 #      KB through the ext_proc filter; maximum throughput
 #      (closed loop), then fixed rates: 50% of the scenario's own maximum,
 #      1,000 req/s, and 25% and 50% of E0's maximum.
-# It prints a table and appends a dated section to benches/RESULTS.md.
+# It prints a table, makes it the current section of benches/RESULTS.md and
+# appends it to the month's history file, benches/results/YYYY-MM.md.
 #
 # Usage: bash benches/run.sh [--smoke] [--no-criterion] [--no-direct]
 #                            [--no-envoy] [--no-instructions] [--no-results]
@@ -37,7 +38,7 @@
 #   --no-instructions skip the instruction counts (benches/instructions.sh:
 #                  F, K0, K1, K3, A1 under valgrind callgrind, which run.sh installs
 #                  when missing; about two minutes)
-#   --no-results   do not append to benches/RESULTS.md
+#   --no-results   leave benches/RESULTS.md and benches/results/ alone
 #   --perf         also profile the kernel under K1 and K3 (an extra closed-loop
 #                  run under `perf record -e task-clock --call-graph dwarf`,
 #                  kept out of the table; needs perf: apt-get install
@@ -460,14 +461,31 @@ fi
 ELAPSED=$(( $(date +%s) - START_TS ))
 REPORT_ARGS=(table "$RESULTS_JSON" --elapsed "$ELAPSED" --nproc "$(nproc)"
   --cpu "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//')"
-  --command "bash benches/run.sh $*" --loadavg "$LOADAVG_START / $(cut -d' ' -f1-3 /proc/loadavg)" --nice "$NICE (autogroup: $AUTOGROUP)" --direct-rate "$DIRECT_RATE" --duration "$DUR" --latency-duration "$LAT_DUR" --concurrency "$CLOSED_CONC")
+  --command "bash benches/run.sh $*" --commit "$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)" --loadavg "$LOADAVG_START / $(cut -d' ' -f1-3 /proc/loadavg)" --nice "$NICE (autogroup: $AUTOGROUP)" --direct-rate "$DIRECT_RATE" --duration "$DUR" --latency-duration "$LAT_DUR" --concurrency "$CLOSED_CONC")
 [ -n "$ENVOY_NOTE" ] && REPORT_ARGS+=(--note "$ENVOY_NOTE")
 [ -f "$RUN/criterion.txt" ] && REPORT_ARGS+=(--criterion "$RUN/criterion.txt")
 [ -f "$RUN/instructions.md" ] && REPORT_ARGS+=(--instructions "$RUN/instructions.md")
 python3 "$ROOT/benches/report.py" "${REPORT_ARGS[@]}" >"$RUN/table.md"
 cat "$RUN/table.md"
 if [ "$RESULTS" = 1 ]; then
-  { echo; cat "$RUN/table.md"; } >>"$ROOT/benches/RESULTS.md"
-  log "appended to benches/RESULTS.md"
+  # The table becomes RESULTS.md's current section and joins the month's history.
+  HISTORY="$ROOT/benches/results/$(date -u +%Y-%m).md"
+  mkdir -p "$(dirname "$HISTORY")"
+  [ -f "$HISTORY" ] || printf '# Benchmark history, %s\n\nEvery `make bench` run of the month, newest last; the current figures are at the top of [`../RESULTS.md`](../RESULTS.md).\n' "$(date -u +%Y-%m)" >"$HISTORY"
+  { echo; cat "$RUN/table.md"; } >>"$HISTORY"
+  python3 - "$ROOT/benches/RESULTS.md" "$RUN/table.md" "$(basename "$HISTORY")" <<'PY'
+import re, sys
+path, table, hist = sys.argv[1], open(sys.argv[2]).read().strip(), sys.argv[3]
+text = open(path).read()
+start, end = "<!-- current:start", "<!-- current:end -->"
+a, b = text.index(start), text.index(end)
+a = text.index("\n", a) + 1
+text = text[:a] + table + "\n" + text[b:]
+link = "- [`results/%s`](results/%s)" % (hist, hist)
+if link not in text:
+    text = text.replace("(results/):\n\n", "(results/):\n\n" + link + "\n", 1)
+open(path, "w").write(text)
+PY
+  log "benches/RESULTS.md: current figures replaced; run appended to ${HISTORY#$ROOT/}"
 fi
 log "done in ${ELAPSED}s; raw results and logs in $RUN"
