@@ -31,6 +31,7 @@ pub struct Admin {
 impl Admin {
     /// Endpoints over `kernel`; not ready until [`Admin::set_ready`].
     pub fn new(kernel: Arc<Kernel>) -> Self {
+        crate::stream::metrics::register();
         Self {
             kernel,
             ready: Arc::new(AtomicBool::new(false)),

@@ -87,7 +87,7 @@ impl PhaseState for RequestState<'_> {
     fn check(&self, id: &str, reply: AgentReply) -> Result<Reply, CallError> {
         match reply {
             AgentReply::Request(r) => convert_request_reply(id, r).map_err(|e| CallError::Invalid(e.to_string())),
-            AgentReply::Response(_) => Err(CallError::Invalid("reply of the wrong phase".into())),
+            _ => Err(CallError::Invalid("reply of the wrong phase".into())),
         }
     }
     fn apply(&mut self, r: &Reply, muts: &mut Mutations, meta: &mut Metadata, n: usize) -> Next {
@@ -113,7 +113,7 @@ impl PhaseState for ResponseState<'_> {
     fn check(&self, id: &str, reply: AgentReply) -> Result<Reply, CallError> {
         match reply {
             AgentReply::Response(r) => convert_response_reply(id, r).map_err(|e| CallError::Invalid(e.to_string())),
-            AgentReply::Request(_) => Err(CallError::Invalid("reply of the wrong phase".into())),
+            _ => Err(CallError::Invalid("reply of the wrong phase".into())),
         }
     }
     fn apply(&mut self, r: &Reply, muts: &mut Mutations, meta: &mut Metadata, n: usize) -> Next {

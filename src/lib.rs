@@ -12,6 +12,8 @@
 //! - [`chain`] — running a plan, with context propagation and failure handling.
 //! - [`aggregate`] — checked agent instructions and the last-wins merge.
 //! - [`envoy`] — the ext_proc service, stream state machine and translation.
+//! - [`stream`] — streamed response bodies: SSE framing, streaming policies
+//!   called piece by piece, ending a stream, their metrics.
 //! - [`http`] — header legality and query/path rewriting.
 //! - [`server`] — TCP and Unix-socket listeners.
 //! - [`admin`] — `/metrics`, `/healthz`, `/readyz` and `/config`.
@@ -33,6 +35,7 @@ pub mod registry;
 pub mod reload;
 pub mod server;
 pub mod snapshot;
+pub mod stream;
 pub mod telemetry;
 pub mod validate;
 pub mod wire;

@@ -61,6 +61,11 @@ pub struct CompiledPolicy {
     pub candidates: Vec<usize>,
     /// Why `candidates` is empty, for logs.
     pub problem: Option<String>,
+    /// The candidates on which the policy requires the body.
+    pub body_agents: Vec<usize>,
+    /// The candidates on which it can take a response body piece by piece
+    /// (`streams_response_body`; response chains only).
+    pub stream_agents: Vec<usize>,
 }
 
 /// A compiled chain.
@@ -70,6 +75,8 @@ pub struct Chain {
     pub policies: Vec<CompiledPolicy>,
     /// True when some candidate of some policy requires the body.
     pub needs_body: bool,
+    /// True when some candidate of some policy can stream the response body.
+    pub may_stream: bool,
 }
 
 /// A compiled route.
@@ -218,12 +225,15 @@ fn compile_chain(
     by_name: &HashMap<&str, usize>,
 ) -> Chain {
     let mut needs_body = false;
+    let mut may_stream = false;
     let policies = entries
         .iter()
         .map(|e| {
             // Params were checked by config validation; encode cannot fail here.
             let params = encode_params(&e.params).unwrap_or_default();
             let mut candidates = Vec::new();
+            let mut body_agents = Vec::new();
+            let mut stream_agents = Vec::new();
             let mut reasons = Vec::new();
             for (i, a) in agents.iter().enumerate() {
                 let Some(info) = a.policy(&e.policy) else { continue };
@@ -239,6 +249,13 @@ fn compile_chain(
                     continue;
                 }
                 needs_body |= info.requires_body;
+                if info.requires_body {
+                    body_agents.push(i);
+                    if info.streams_response_body && phase == Phase::Response {
+                        stream_agents.push(i);
+                        may_stream = true;
+                    }
+                }
                 candidates.push(i);
             }
             let problem = candidates.is_empty().then(|| {
@@ -264,8 +281,14 @@ fn compile_chain(
                 preferred: e.agent.as_deref().and_then(|a| by_name.get(a).copied()),
                 candidates,
                 problem,
+                body_agents,
+                stream_agents,
             }
         })
         .collect();
-    Chain { policies, needs_body }
+    Chain {
+        policies,
+        needs_body,
+        may_stream,
+    }
 }

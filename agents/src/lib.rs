@@ -71,6 +71,8 @@
 //! * `context`: what hooks read: [`RequestContext`], [`ResponseContext`],
 //!   [`Metadata`], [`CallInfo`] (request id, `traceparent`, deadline).
 //! * `outcome`: what hooks return: [`RequestOutcome`], [`ResponseOutcome`].
+//! * [`stream`]: streamed response bodies: [`ChunkContext`] and
+//!   [`ChunkOutcome`] of the streaming hook, SSE helpers ([`stream::sse`]).
 //! * `action`: the changes and verdicts inside outcomes: [`RequestAction`],
 //!   [`ResponseAction`], [`HeaderOp`], [`Deny`], [`Flow`].
 //! * `convert`: outcome -> protocol instructions, enforcing the protocol's rules.
@@ -103,6 +105,7 @@ mod registry;
 mod runner;
 mod service;
 mod socket;
+pub mod stream;
 pub mod testing;
 
 pub use action::{Deny, Flow, HeaderOp, NewBody, RequestAction, ResponseAction};
@@ -114,6 +117,7 @@ pub use params::{parse_list, FromParams, ParamError, Params};
 pub use policy::{Phases, Policy, PolicyError};
 pub use service::AgentService;
 pub use socket::SocketError;
+pub use stream::{ChunkContext, ChunkOutcome, Framing};
 
 /// The README's examples, compiled as doctests.
 #[cfg(doctest)]

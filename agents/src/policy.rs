@@ -10,6 +10,7 @@ use crate::context::{RequestContext, ResponseContext};
 use crate::outcome::{RequestOutcome, ResponseOutcome};
 use crate::params::{FromParams, ParamError, Params};
 use crate::proto;
+use crate::stream::{ChunkContext, ChunkOutcome};
 
 /// The phases in which a policy may run (`PolicyInfo.supported_phases`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,6 +107,28 @@ pub trait Policy: Send + Sync + 'static {
         false
     }
 
+    /// True when the policy can take the response body piece by piece
+    /// ([`Policy::on_response_chunk`]) instead of whole. When every body
+    /// policy of a route's response chain streams, the kernel streams the
+    /// response instead of buffering it, and this policy's
+    /// [`Policy::on_response`] runs at the response headers without the
+    /// body. Meaningful with [`Policy::requires_body`].
+    fn streams_response_body(&self) -> bool {
+        false
+    }
+
+    /// The streaming hook: one call per piece of a streamed response body
+    /// (complete SSE events, or raw chunks), in order, the last with
+    /// `end_of_stream`. Runs only when [`Policy::streams_response_body`].
+    fn on_response_chunk(
+        &self,
+        params: &Self::Params,
+        ctx: &ChunkContext<'_>,
+    ) -> impl Future<Output = Result<ChunkOutcome, PolicyError>> + Send {
+        let _ = (params, ctx);
+        async { Ok(ChunkOutcome::pass()) }
+    }
+
     /// The request-phase hook.
     fn on_request(
         &self,
@@ -147,6 +170,11 @@ pub(crate) trait DynPolicy: Send + Sync {
         params: &'a Params,
         ctx: &'a ResponseContext<'a>,
     ) -> BoxFuture<'a, Result<ResponseOutcome, PolicyError>>;
+    fn run_chunk<'a>(
+        &'a self,
+        params: &'a Params,
+        ctx: &'a ChunkContext<'a>,
+    ) -> BoxFuture<'a, Result<ChunkOutcome, PolicyError>>;
     fn shutdown(&self) -> BoxFuture<'_, ()>;
 }
 
@@ -162,6 +190,7 @@ impl<P: Policy> DynPolicy for P {
             param_schema: self.param_schema().iter().map(|s| s.to_string()).collect(),
             supported_phases: self.phases().to_proto() as i32,
             requires_body: self.requires_body(),
+            streams_response_body: self.streams_response_body(),
         }
     }
 
@@ -184,6 +213,17 @@ impl<P: Policy> DynPolicy for P {
         Box::pin(async move {
             let typed = P::Params::from_params(params)?;
             self.on_response(&typed, ctx).await
+        })
+    }
+
+    fn run_chunk<'a>(
+        &'a self,
+        params: &'a Params,
+        ctx: &'a ChunkContext<'a>,
+    ) -> BoxFuture<'a, Result<ChunkOutcome, PolicyError>> {
+        Box::pin(async move {
+            let typed = P::Params::from_params(params)?;
+            self.on_response_chunk(&typed, ctx).await
         })
     }
 

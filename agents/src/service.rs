@@ -127,6 +127,20 @@ impl proto::policy_agent_server::PolicyAgent for AgentService {
         Ok(Response::new(reply))
     }
 
+    async fn execute_policy_response_chunk(
+        &self,
+        request: Request<proto::PolicyResponseChunk>,
+    ) -> Result<Response<proto::PolicyResponseChunkReply>, Status> {
+        let _guard = self.shared.drain.enter();
+        let (meta, _, call) = request.into_parts();
+        let info = call_info(&meta, &call.request_id, call.deadline_ms, Phase::Response);
+        let span = tracing::debug_span!("execute", phase = "response_chunk", request_id = %call.request_id, sequence = call.sequence);
+        let reply = crate::stream::execute_chunk(&self.shared.registry, call, info)
+            .instrument(span)
+            .await;
+        Ok(Response::new(reply))
+    }
+
     async fn get_agent_config(
         &self,
         _request: Request<proto::GetAgentConfigRequest>,

@@ -1,7 +1,8 @@
 //! Shared by the kernel and its agents: Unix-socket streams that wake their
 //! task only for reads ([`UnixConn`]), the gRPC codec of the agent protocol
 //! ([`codec::ContiguousCodec`]), and log output that never blocks the
-//! threads that log ([`log_output::Output`]).
+//! threads that log ([`log_output::Output`]), and the framing of
+//! server-sent events in streamed bodies ([`sse`]).
 //!
 //! Tokio registers every socket with epoll for readability and writability
 //! (edge-triggered). On a Unix stream socket the kernel signals writability
@@ -26,6 +27,7 @@ use std::task::{ready, Context, Poll};
 
 pub mod codec;
 pub mod log_output;
+pub mod sse;
 
 /// Agent calls the kernel may cancel before an agent's server has accepted
 /// them, at once, without the connection being closed (HTTP/2's guard

@@ -21,6 +21,12 @@
 //!       - set_header: {name: x-seen, value: "${header:x-a1}|${meta:user}|${param:k}"}
 //!     response:
 //!       - set_status: 418
+//!     streams: false                  # streams_response_body (with requires_body)
+//!     chunk:                          # streamed pieces (ExecutePolicyResponseChunk)
+//!       delay_ms: 0
+//!       upper: false                  # SSE: upper-case each event's data
+//!       end_at: 3                     # end the stream at this sequence
+//!       count: true                   # metadata chunks_seen = sequence + 1
 //! ```
 //!
 //! Templates: `${header:NAME}`, `${meta:KEY}`, `${param:NAME}`, `${path}`,
@@ -93,6 +99,24 @@ struct ScriptPolicy {
     request: Vec<Step>,
     #[serde(default)]
     response: Vec<Step>,
+    #[serde(default)]
+    streams: bool,
+    #[serde(default)]
+    chunk: ChunkScript,
+}
+
+/// What a streaming policy does with each piece.
+#[derive(Deserialize, Clone, Default)]
+#[serde(deny_unknown_fields)]
+struct ChunkScript {
+    #[serde(default)]
+    delay_ms: u64,
+    #[serde(default)]
+    upper: bool,
+    #[serde(default)]
+    end_at: Option<u64>,
+    #[serde(default)]
+    count: bool,
 }
 
 fn both() -> String {
@@ -501,6 +525,75 @@ impl PolicyAgent for Agent {
         }))
     }
 
+    async fn execute_policy_response_chunk(
+        &self,
+        request: Request<proto::PolicyResponseChunk>,
+    ) -> Result<Response<proto::PolicyResponseChunkReply>, Status> {
+        use proto::chunk_instruction::Instruction as Ch;
+        let r = request.into_inner();
+        let names: Vec<&str> = r.policies.iter().map(|p| p.name.as_str()).collect();
+        let log = CallLog::new(
+            &self.script.events_file,
+            format!("{} {}#{}", names.join(","), r.request_id, r.sequence),
+        );
+        let mut events = r.events;
+        let mut instructions = Vec::new();
+        let mut states = Vec::new();
+        for p in &r.policies {
+            let Some(sp) = self.script.policies.iter().find(|s| s.name == p.name) else {
+                continue;
+            };
+            let c = &sp.chunk;
+            if c.delay_ms > 0 {
+                tokio::time::sleep(Duration::from_millis(c.delay_ms)).await;
+            }
+            if c.upper {
+                events = events
+                    .iter()
+                    .map(|e| match policy_net::sse::data(e) {
+                        Some(d) => policy_net::sse::with_data(e, &d.to_uppercase()),
+                        None => e.clone(),
+                    })
+                    .collect();
+                instructions.push(Ch::ReplaceEvents(proto::ReplaceEvents { events: events.clone() }));
+            }
+            if c.count {
+                // The state carries the count of pieces seen, to prove the
+                // kernel sends it back.
+                let seen: u64 = std::str::from_utf8(r.policy_state.get(states.len()).map(|b| &b[..]).unwrap_or(b"0"))
+                    .ok()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(0)
+                    + events.len() as u64;
+                instructions.push(Ch::SetMetadata(proto::SetMetadata {
+                    key: "chunks_seen".into(),
+                    value: format!("{}:{seen}", r.sequence + 1),
+                }));
+                states.push(Bytes::from(seen.to_string()));
+            } else {
+                states.push(Bytes::new());
+            }
+            if c.end_at == Some(r.sequence) {
+                instructions.push(Ch::EndStream(proto::EndStream {
+                    reason: "test_end".into(),
+                    message: format!("ended by {}", p.name),
+                }));
+                break;
+            }
+        }
+        log.finish();
+        Ok(Response::new(proto::PolicyResponseChunkReply {
+            request_id: r.request_id,
+            instructions: instructions
+                .into_iter()
+                .map(|i| proto::ChunkInstruction { instruction: Some(i) })
+                .collect(),
+            message: String::new(),
+            policy_metadata: Default::default(),
+            policy_state: states,
+        }))
+    }
+
     async fn get_agent_config(
         &self,
         _: Request<proto::GetAgentConfigRequest>,
@@ -523,6 +616,7 @@ impl PolicyAgent for Agent {
                     param_schema: p.params.clone(),
                     supported_phases: phase(&p.phases) as i32,
                     requires_body: p.requires_body,
+                    streams_response_body: p.streams,
                 })
                 .collect(),
         }))

@@ -24,6 +24,7 @@ use crate::config::PhaseValidation;
 use crate::kernel::Kernel;
 use crate::plan::{plan_healthy, plan_route, Plan, PlanError};
 use crate::snapshot::{Route, Snapshot};
+use crate::stream::{self, StreamCtx, Streamer};
 use crate::telemetry::metrics::{metrics, NoCall};
 use crate::telemetry::tracing::{end, RequestTrace, TraceHeaders};
 use opentelemetry::KeyValue;
@@ -83,6 +84,9 @@ struct Active {
     response_body: bool,
     /// The response, while waiting for its body.
     response: Option<ResponseCtx>,
+    /// The streaming policies, when the response is streamed through them
+    /// (`response_plan` then holds only the header-only ones).
+    stream: Option<Box<Streamer>>,
 }
 
 fn string_attr<'a>(attrs: &'a HashMap<String, Struct>, key: &str) -> Option<&'a str> {
@@ -193,7 +197,7 @@ impl Session {
             Some(Request::RequestHeaders(h)) => self.request_headers(h, &attrs).await,
             Some(Request::RequestBody(b)) => self.request_body(b.body).await,
             Some(Request::ResponseHeaders(h)) => self.response_headers(h).await,
-            Some(Request::ResponseBody(b)) => self.response_body(b.body).await,
+            Some(Request::ResponseBody(b)) => self.response_body(b.body, b.end_of_stream).await,
             Some(Request::RequestTrailers(_)) => translate::respond(Answer::RequestTrailers, None),
             Some(Request::ResponseTrailers(_)) => translate::respond(Answer::ResponseTrailers, None),
             None => translate::respond(Answer::RequestHeaders, None),
@@ -280,7 +284,16 @@ impl Session {
             return no_response_phase();
         }
         let want_request_body = route.request.needs_body && !request_plan.is_empty();
-        let response_body = route.response.needs_body && !response_plan.is_empty();
+        let mut response_body = route.response.needs_body && !response_plan.is_empty();
+        let mut response_plan = response_plan;
+        let streamed = response_body
+            .then(|| stream::split_plan(&route.response, &response_plan))
+            .flatten()
+            .map(|(head, body)| {
+                response_plan = head;
+                response_body = false;
+                Box::new(Streamer::new(body))
+            });
         let buffer_request = want_request_body && !end_of_stream;
         if buffer_request {
             let limit = snap.config.server.max_request_body_bytes;
@@ -299,7 +312,14 @@ impl Session {
                 return translate::immediate(imm);
             }
         }
-        let mode = translate::mode_override(buffer_request, response_body, !response_plan.is_empty());
+        let mut mode = translate::mode_override(
+            buffer_request,
+            response_body,
+            !response_plan.is_empty() || streamed.is_some(),
+        );
+        if streamed.is_some() {
+            mode = translate::streamed_response(mode);
+        }
         let mut active = Box::new(Active {
             started: std::time::Instant::now(),
             report: Report::default(),
@@ -312,6 +332,7 @@ impl Session {
             response_plan,
             response_body,
             response: None,
+            stream: streamed,
         });
         let mut resp = if buffer_request {
             active.request_plan = Some(request_plan);
@@ -348,17 +369,14 @@ impl Session {
         let State::Active(active) = &mut self.state else {
             return translate::respond(Answer::ResponseHeaders, None);
         };
+        if active.stream.is_some() {
+            return active.start_stream(h).await;
+        }
         if active.response_plan.is_empty() {
             return translate::respond(Answer::ResponseHeaders, None);
         }
-        if active.snap.phase_validation == PhaseValidation::Strict
-            && !plan_healthy(&active.response_plan, &active.snap.agents)
-        {
-            tracing::warn!(route = %active.route.name, request_id = %active.request.request_id, phase = "response",
-                validation_phase = "strict", error_type = "AGENT_UNAVAILABLE", "Planned response agent unhealthy - returning 503 error");
-            let imm = &active.snap.responses.unavailable;
-            active.route.metrics.immediate(imm.status, &imm.reason);
-            return translate::immediate(imm);
+        if let Some(refused) = active.strict_refusal(&[&active.response_plan]) {
+            return refused;
         }
         let end_of_stream = h.end_of_stream;
         let mut response = response_ctx(h);
@@ -372,15 +390,67 @@ impl Session {
         active.run_response(response, Answer::ResponseHeaders).await
     }
 
-    async fn response_body(&mut self, body: Vec<u8>) -> ProcessingResponse {
+    async fn response_body(&mut self, body: Vec<u8>, end_of_stream: bool) -> ProcessingResponse {
         let State::Active(active) = &mut self.state else {
             return translate::respond(Answer::ResponseBody, None);
         };
+        let active: &mut Active = active;
+        if let Some(streamer) = active.stream.as_mut() {
+            let cx = StreamCtx {
+                snap: &active.snap,
+                route: &active.route,
+                request_id: &active.request.request_id,
+                meta: &mut active.meta,
+                trace: active.trace.as_ref(),
+            };
+            return streamer.chunk(cx, body, end_of_stream).await;
+        }
         let Some(mut response) = active.response.take() else {
             return translate::respond(Answer::ResponseBody, None);
         };
         response.body = Some(Bytes::from(body));
         active.run_response(response, Answer::ResponseBody).await
+    }
+}
+
+impl Active {
+    /// Strict mode (§6.5): 503 when an agent of `plans` went unhealthy
+    /// since the request phase.
+    fn strict_refusal(&self, plans: &[&Plan]) -> Option<ProcessingResponse> {
+        if self.snap.phase_validation != PhaseValidation::Strict
+            || plans.iter().all(|p| plan_healthy(p, &self.snap.agents))
+        {
+            return None;
+        }
+        tracing::warn!(route = %self.route.name, request_id = %self.request.request_id, phase = "response",
+            validation_phase = "strict", error_type = "AGENT_UNAVAILABLE", "Planned response agent unhealthy - returning 503 error");
+        let imm = &self.snap.responses.unavailable;
+        self.route.metrics.immediate(imm.status, &imm.reason);
+        Some(translate::immediate(imm))
+    }
+
+    /// The response headers of a streamed response: the header-only
+    /// policies run now; the streaming ones get the body piece by piece.
+    async fn start_stream(&mut self, h: HttpHeaders) -> ProcessingResponse {
+        let Some(streamer) = self.stream.take() else {
+            return translate::respond(Answer::ResponseHeaders, None);
+        };
+        if let Some(refused) = self.strict_refusal(&[&self.response_plan, streamer.plan()]) {
+            return refused;
+        }
+        let mut response = response_ctx(h);
+        let resp = if self.response_plan.is_empty() {
+            translate::respond(Answer::ResponseHeaders, None)
+        } else {
+            self.run_response_on(&mut response, Answer::ResponseHeaders).await
+        };
+        if translate::is_immediate(&resp) {
+            return resp;
+        }
+        let mut streamer = streamer;
+        streamer.start(&self.route.name, &self.request, &response);
+        self.stream = Some(streamer);
+        stream::strip_length(resp, &response)
     }
 }
 
@@ -404,6 +474,12 @@ impl Active {
     }
 
     async fn run_response(&mut self, mut response: ResponseCtx, answer: Answer) -> ProcessingResponse {
+        self.run_response_on(&mut response, answer).await
+    }
+
+    /// Runs the response plan on `response`, which it leaves as the last
+    /// policy left it.
+    async fn run_response_on(&mut self, response: &mut ResponseCtx, answer: Answer) -> ProcessingResponse {
         // The request phase's answer carried the metadata, and Envoy merges
         // each answer's into the stream's: this answer carries it only when
         // the response chain changed it, or when the request chain never ran
@@ -419,7 +495,7 @@ impl Active {
                 report: &mut self.report,
                 trace: self.trace.as_ref(),
             };
-            run.response(&self.response_plan, &self.request, &mut response).await
+            run.response(&self.response_plan, &self.request, response).await
         };
         let metadata = self.meta != before || self.request_plan.is_some();
         self.finish(outcome, answer, metadata)

@@ -284,6 +284,16 @@ pub fn mode_override(request_body: bool, response_body: bool, response_headers: 
     }
 }
 
+/// `mode` with the response body STREAMED: Envoy sends it chunk by chunk
+/// as it arrives and waits for each chunk's answer (the kernel's streaming
+/// policies, [`crate::stream`]); response headers are sent.
+pub fn streamed_response(mut mode: ProcessingMode) -> ProcessingMode {
+    use processing_mode::{BodySendMode, HeaderSendMode};
+    mode.response_header_mode = HeaderSendMode::Send as i32;
+    mode.response_body_mode = BodySendMode::Streamed as i32;
+    mode
+}
+
 /// Dynamic metadata: `{policy_kernel: {route: .., <metadata>...}}`.
 pub fn dynamic_metadata(route: &str, meta: &Metadata) -> Struct {
     let string = |s: &str| Value {

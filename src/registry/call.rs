@@ -9,7 +9,7 @@ use http::uri::PathAndQuery;
 use policy_net::codec::ContiguousCodec;
 
 use super::{AgentHandle, TransportError};
-use crate::proto::{PolicyRequestResponse, PolicyResponseResponse};
+use crate::proto::{PolicyRequestResponse, PolicyResponseChunk, PolicyResponseChunkReply, PolicyResponseResponse};
 use crate::wire::EncodedCall;
 
 /// A call of either phase, encoded ([`crate::wire`]).
@@ -19,11 +19,14 @@ pub enum AgentCall {
     Request(EncodedCall),
     /// `ExecutePolicyResponse` with an encoded `PolicyResponsePhase`.
     Response(EncodedCall),
+    /// `ExecutePolicyResponseChunk`: a piece of a streamed response body.
+    Chunk(Box<PolicyResponseChunk>),
 }
 
 /// gRPC paths of the two policy methods (as in the generated client).
 const EXECUTE_REQUEST: &str = "/policy_kernel.agent.v1.PolicyAgent/ExecutePolicyRequest";
 const EXECUTE_RESPONSE: &str = "/policy_kernel.agent.v1.PolicyAgent/ExecutePolicyResponse";
+const EXECUTE_CHUNK: &str = "/policy_kernel.agent.v1.PolicyAgent/ExecutePolicyResponseChunk";
 
 /// The reply of either phase.
 #[derive(Debug, Clone)]
@@ -32,6 +35,8 @@ pub enum AgentReply {
     Request(PolicyRequestResponse),
     /// Reply to `ExecutePolicyResponse`.
     Response(PolicyResponseResponse),
+    /// Reply to `ExecutePolicyResponseChunk`.
+    Chunk(PolicyResponseChunkReply),
 }
 
 /// Why a call failed.
@@ -126,6 +131,7 @@ impl AgentCall {
         use prost::Message;
         let len = match self {
             AgentCall::Request(r) | AgentCall::Response(r) => r.encoded_len(),
+            AgentCall::Chunk(c) => c.encoded_len(),
         };
         (len > super::client::MAX_REPLY_BYTES).then(|| {
             format!(
@@ -138,6 +144,7 @@ impl AgentCall {
     fn set_deadline(&mut self, ms: i64) {
         match self {
             AgentCall::Request(r) | AgentCall::Response(r) => r.deadline_ms = ms,
+            AgentCall::Chunk(c) => c.deadline_ms = ms,
         }
     }
 }
@@ -251,6 +258,9 @@ impl AgentHandle {
             AgentCall::Response(r) => unary(&mut grpc, EXECUTE_RESPONSE, r, timeout, trace)
                 .await
                 .map(AgentReply::Response),
+            AgentCall::Chunk(c) => unary(&mut grpc, EXECUTE_CHUNK, *c, timeout, trace)
+                .await
+                .map(AgentReply::Chunk),
         }
     }
 }
@@ -258,10 +268,10 @@ impl AgentHandle {
 /// One encoded call to the policy method at `path`, as the generated
 /// client's methods make it (its HTTP service is always ready: UnixHttp
 /// connects in `call`), with the gRPC timeout and the trace context.
-async fn unary<R: prost::Message + Default + Send + 'static>(
+async fn unary<Q: prost::Message + Send + 'static, R: prost::Message + Default + Send + 'static>(
     grpc: &mut super::CallClient,
     path: &'static str,
-    call: EncodedCall,
+    call: Q,
     timeout: Duration,
     trace: Option<&opentelemetry::Context>,
 ) -> Result<R, tonic::Status> {
@@ -270,7 +280,7 @@ async fn unary<R: prost::Message + Default + Send + 'static>(
     if let Some(cx) = trace {
         crate::telemetry::tracing::inject(cx, req.metadata_mut());
     }
-    let codec = ContiguousCodec::<EncodedCall, R>::default();
+    let codec = ContiguousCodec::<Q, R>::default();
     Ok(grpc
         .unary(req, PathAndQuery::from_static(path), codec)
         .await?

@@ -17,6 +17,7 @@ mod headers;
 mod injection;
 mod pii;
 mod pii_json;
+mod pii_stream;
 mod redactor;
 
 pub use audit::{verify_journal, AuditError, AuditLog, Journal, JournalOptions};

@@ -6,11 +6,14 @@
 //! Types: `email`, `phone` (NANP, optionally `+CC`-prefixed), `credit_card`
 //! (13-19 digits, IIN 2-6, Luhn-checked), `ssn` (US, dashed, valid ranges),
 //! `iban` (mod-97 checked), `ipv4`.
+//!
+//! Streamed responses are redacted event by event, across event boundaries:
+//! see [`super::pii_stream`].
 
 use super::redactor::{Counts, PiiType, Redactor};
 use crate::{
-    FromParams, ParamError, Params, Phase, Phases, Policy, PolicyError, RequestContext, RequestOutcome,
-    ResponseContext, ResponseOutcome,
+    ChunkContext, ChunkOutcome, FromParams, ParamError, Params, Phase, Phases, Policy, PolicyError, RequestContext,
+    RequestOutcome, ResponseContext, ResponseOutcome,
 };
 
 /// Parameters of `piiRedaction`.
@@ -51,6 +54,18 @@ impl FromParams for PiiParams {
             response,
             types,
         })
+    }
+}
+
+impl PiiParams {
+    /// True when the response phase is enabled.
+    pub(crate) fn response_enabled(&self) -> bool {
+        self.response
+    }
+
+    /// The types to redact, in application order.
+    pub(crate) fn types(&self) -> &[PiiType] {
+        &self.types
     }
 }
 
@@ -112,6 +127,14 @@ impl Policy for PiiRedaction {
 
     fn requires_body(&self) -> bool {
         true
+    }
+
+    fn streams_response_body(&self) -> bool {
+        true
+    }
+
+    async fn on_response_chunk(&self, params: &PiiParams, ctx: &ChunkContext<'_>) -> Result<ChunkOutcome, PolicyError> {
+        super::pii_stream::on_chunk(params, ctx)
     }
 
     async fn on_request(&self, params: &PiiParams, ctx: &RequestContext<'_>) -> Result<RequestOutcome, PolicyError> {

@@ -1,0 +1,352 @@
+//! Streamed responses through a real Envoy 1.40, the kernel binary, the real
+//! guardrail-agent (`piiRedaction`) and `policy-test-agent` streaming
+//! policies, from an upstream that streams server-sent events with pauses.
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use support::sse_upstream::{Script, SseUpstream};
+use support::*;
+
+const STREAMER: &str = "policies:
+  - {name: passStream, phases: response, requires_body: true, streams: true, chunk: {count: true}}
+  - {name: upperStream, phases: response, requires_body: true, streams: true, chunk: {upper: true}}
+  - {name: endStream, phases: response, requires_body: true, streams: true, chunk: {end_at: 1}}
+  - {name: slowStream, phases: response, requires_body: true, streams: true, chunk: {delay_ms: 4000}}
+  - {name: tagHeader, phases: response, response: [{set_header: {name: x-tagged, value: yes}}]}
+";
+const DYING: &str = "policies:
+  - {name: dieStream, phases: response, requires_body: true, streams: true, chunk: {delay_ms: 300}}
+";
+
+const ROUTES: &str = "  route_policies:
+    - route_name: resp
+      response_policy_chain: [{policy: piiRedaction, params: {phases: [response]}}]
+    - route_name: chain
+      response_policy_chain: [{policy: tagHeader}, {policy: passStream}]
+    - route_name: users
+      response_policy_chain: [{policy: upperStream}]
+    - route_name: deny
+      response_policy_chain: [{policy: endStream}]
+    - route_name: slow
+      response_policy_chain: [{policy: slowStream}]
+    - route_name: fail
+      response_policy_chain: [{policy: dieStream, on_failure: deny}]
+";
+
+struct Stack {
+    _tmp: tempfile::TempDir,
+    streamer: TestAgent,
+    dying: TestAgent,
+    _guardrail: Proc,
+    kernel: KernelProc,
+    envoy: Envoy,
+    up: SseUpstream,
+}
+
+impl Stack {
+    async fn start() -> Self {
+        let tmp = workdir();
+        let dir = tmp.path().to_path_buf();
+        let streamer = TestAgent::start(&dir, "streamer", STREAMER);
+        let dying = TestAgent::start(&dir, "dying", DYING);
+        let gsock = dir.join("guardrail.sock");
+        let mut cmd = Command::new(agent_bin("guardrail-agent"));
+        cmd.arg(format!("--socket={}", gsock.display()))
+            .arg(format!("--audit-path={}", dir.join("audit.jsonl").display()));
+        let guardrail = Proc::spawn("guardrail-agent", &mut cmd, &dir.join("guardrail.log"));
+        wait_socket(&gsock, Duration::from_secs(20));
+        let agents = format!(
+            "  agents:\n{}{}    - name: guardrail\n      socket_path: {}\n      health_check_interval_ms: 100\n",
+            agent_entry("streamer", &streamer, ""),
+            agent_entry("dying", &dying, "      fail_open: false\n"),
+            gsock.display()
+        );
+        let kernel = KernelProc::start(&dir, &format!("{agents}{ROUTES}"));
+        let up = SseUpstream::start().await;
+        let envoy = Envoy::start(&dir, &kernel.socket, up.addr.port());
+        let s = Self {
+            _tmp: tmp,
+            streamer,
+            dying,
+            _guardrail: guardrail,
+            kernel,
+            envoy,
+            up,
+        };
+        // Every agent discovered and healthy before the first request.
+        until("agents healthy", Duration::from_secs(20), || async {
+            let (_, cfg) = s.kernel.admin_get("/config");
+            serde_json::from_str::<serde_json::Value>(&cfg)
+                .ok()
+                .and_then(|c| {
+                    c["agents"]
+                        .as_array()
+                        .map(|a| a.len() == 3 && a.iter().all(|x| x["healthy"] == true))
+                })
+                .unwrap_or(false)
+        })
+        .await;
+        s
+    }
+
+    async fn open(&self, path: &str, script: &str) -> reqwest::Response {
+        reqwest::Client::new()
+            .get(self.envoy.url(path))
+            .header("x-script", script)
+            .send()
+            .await
+            .expect("request")
+    }
+
+    fn diag(&self) -> String {
+        let tail = |s: String| {
+            s.lines()
+                .rev()
+                .take(30)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        format!(
+            "--- kernel ---\n{}\n--- envoy ---\n{}",
+            tail(self.kernel.log()),
+            tail(self.envoy.log())
+        )
+    }
+}
+
+/// Reads the whole body, within 20 s.
+async fn body(mut r: reqwest::Response) -> String {
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while let Some(c) = tokio::time::timeout_at(deadline.into(), r.chunk())
+        .await
+        .expect("the stream ends, it does not hang")
+        .expect("body")
+    {
+        out.extend_from_slice(&c);
+    }
+    String::from_utf8(out).expect("utf-8")
+}
+
+fn openai(content: &str) -> String {
+    let doc = serde_json::json!({"id": "c1", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": content}, "finish_reason": null}]});
+    format!("data: {doc}\n\n")
+}
+
+fn sse(pieces: &[String], pause_ms: u64, gated: bool) -> Script {
+    Script {
+        content_type: "text/event-stream",
+        pieces: pieces.iter().map(|p| p.as_bytes().to_vec()).collect(),
+        pause: Duration::from_millis(pause_ms),
+        gated,
+    }
+}
+
+/// The streamed text of an OpenAI-style stream; every data event must be JSON.
+fn text_of(stream: &str) -> String {
+    let mut text = String::new();
+    for ev in stream.split("\n\n").filter(|e| !e.trim().is_empty()) {
+        let Some(data) = ev.lines().find_map(|l| l.strip_prefix("data: ")) else {
+            continue;
+        };
+        if data == "[DONE]" {
+            continue;
+        }
+        let v: serde_json::Value = serde_json::from_str(data).unwrap_or_else(|e| panic!("not JSON ({e}): {data}"));
+        text.push_str(
+            v.pointer("/choices/0/delta/content")
+                .and_then(|c| c.as_str())
+                .unwrap_or_default(),
+        );
+    }
+    text
+}
+
+fn fds(pid: u32) -> usize {
+    std::fs::read_dir(PathBuf::from(format!("/proc/{pid}/fd")))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streamed_responses_through_envoy() {
+    let mut s = Stack::start().await;
+
+    // First event first: the client has the first event while the upstream
+    // still waits to send the second.
+    let pieces = vec![
+        openai("Hello there, "),
+        openai("how are you? "),
+        "data: [DONE]\n\n".to_string(),
+    ];
+    s.up.script("gated", sse(&pieces, 0, true));
+    let mut r = s.open("/resp/chat", "gated").await;
+    assert_eq!(r.status(), 200, "{}", s.diag());
+    assert_eq!(r.headers().get("content-type").unwrap(), "text/event-stream");
+    let first = tokio::time::timeout(Duration::from_secs(10), r.chunk())
+        .await
+        .expect("the first event arrives before the second is sent")
+        .unwrap()
+        .unwrap();
+    assert_eq!(s.up.sent(), 1, "the upstream sent only the first event");
+    assert!(String::from_utf8_lossy(&first).contains("Hello there, "), "{first:?}");
+    s.up.release(10);
+    let rest = body(r).await;
+    assert_eq!(
+        text_of(&format!("{}{rest}", String::from_utf8_lossy(&first))),
+        "Hello there, how are you? "
+    );
+
+    // Unchanged bytes: events cut at odd places, in order, byte for byte,
+    // when the streaming policy changes nothing; the header policy ran and
+    // the state came back with every call (the count covers all events).
+    let stream = format!(
+        ": keep-alive\n\nid: 1\nevent: delta\ndata: {{\"a\":1}}\n\n{}{}data: [DONE]\n\n",
+        openai("é ü 😀 split"),
+        openai("second")
+    );
+    let cuts = [3, 17, 40, 41, 90, 91, 150];
+    let mut pieces = Vec::new();
+    let mut last = 0;
+    for c in cuts.iter().copied().filter(|&c| c < stream.len()) {
+        let c = (c..stream.len()).find(|&i| stream.is_char_boundary(i)).unwrap();
+        pieces.push(stream.as_bytes()[last..c].to_vec());
+        last = c;
+    }
+    pieces.push(stream.as_bytes()[last..].to_vec());
+    s.up.script(
+        "cut",
+        Script {
+            content_type: "text/event-stream; charset=utf-8",
+            pieces,
+            pause: Duration::from_millis(20),
+            gated: false,
+        },
+    );
+    let r = s.open("/chain/x", "cut").await;
+    assert_eq!(r.status(), 200, "{}", s.diag());
+    assert_eq!(r.headers().get("x-tagged").map(|v| v.to_str().unwrap()), Some("yes"));
+    assert_eq!(body(r).await, stream, "{}", s.diag());
+    let calls: Vec<String> = s
+        .streamer
+        .events()
+        .into_iter()
+        .filter(|e| e.starts_with("end passStream"))
+        .collect();
+    assert!(calls.len() >= 2, "one call per group of complete events: {calls:?}");
+
+    // A PII value split across two events is redacted; events stay JSON.
+    let pieces = vec![
+        openai("Write to alice.smi"),
+        openai("th@example.com or call 555-867-"),
+        openai("5309 today."),
+        "data: [DONE]\n\n".into(),
+    ];
+    s.up.script("pii", sse(&pieces, 30, false));
+    let out = body(s.open("/resp/chat", "pii").await).await;
+    assert_eq!(
+        text_of(&out),
+        "Write to [REDACTED:email] or call [REDACTED:phone] today.",
+        "{out}"
+    );
+    assert!(!out.contains("example.com") && !out.contains("5309"), "{out}");
+
+    // Events changed by a policy: every event upper-cased.
+    s.up.script(
+        "plain",
+        sse(&["data: abc\n\n".into(), "data: def\n\n".into()], 10, false),
+    );
+    assert_eq!(
+        body(s.open("/users/x", "plain").await).await,
+        "data: ABC\n\ndata: DEF\n\n"
+    );
+
+    // A policy ends the stream: what came before, then an error event, then
+    // a clean close (the rest of the upstream's body is dropped).
+    let pieces: Vec<String> = (0..5).map(|i| format!("data: {i}\n\n")).collect();
+    s.up.script("five", sse(&pieces, 50, false));
+    let out = body(s.open("/deny/x", "five").await).await;
+    assert!(out.starts_with("data: 0\n\n"), "{out}");
+    assert!(
+        out.ends_with("event: error\ndata: {\"error\":\"test_end\",\"message\":\"ended by endStream\"}\n\n"),
+        "{out}"
+    );
+    assert!(!out.contains("data: 4"), "{out}");
+    assert!(
+        s.kernel
+            .metric("policy_kernel_stream_terminations_total{reason=\"test_end\",route=\"deny\"}")
+            >= 1.0
+    );
+
+    // A non-SSE chunked body passes through a streaming policy intact.
+    let raw: Vec<Vec<u8>> = vec![b"{\"part\":".to_vec(), vec![0xc3], vec![0xa9, b'1'], b"}\n".to_vec()];
+    s.up.script(
+        "raw",
+        Script {
+            content_type: "application/octet-stream",
+            pieces: raw.clone(),
+            pause: Duration::from_millis(20),
+            gated: false,
+        },
+    );
+    let r = s.open("/chain/raw", "raw").await;
+    let bytes = r.bytes().await.unwrap();
+    assert_eq!(bytes.to_vec(), raw.concat());
+
+    // An agent killed mid-stream: `on_failure: deny` ends the stream with an
+    // error event; the client is not left hanging.
+    let pieces: Vec<String> = (0..6).map(|i| format!("data: {i}\n\n")).collect();
+    s.up.script("slowsix", sse(&pieces, 200, false));
+    let r = s.open("/fail/x", "slowsix").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    s.dying.kill();
+    let out = body(r).await;
+    assert!(out.contains("event: error"), "{out}\n{}", s.diag());
+    assert!(!out.contains("data: 5"), "{out}");
+
+    // The client goes away mid-stream: the agent call in flight is
+    // cancelled, active streams go back to 0 and the kernel's fds stay flat.
+    let kernel_pid = s.kernel.proc.pid();
+    let before = fds(kernel_pid);
+    for round in 0..3 {
+        let pieces: Vec<String> = (0..4).map(|i| format!("data: {i}\n\n")).collect();
+        s.up.script("long", sse(&pieces, 100, false));
+        let r = s.open("/slow/x", "long").await;
+        assert_eq!(r.status(), 200);
+        until("a slow chunk call in flight", Duration::from_secs(10), || async {
+            s.streamer
+                .events()
+                .iter()
+                .filter(|e| e.starts_with("start slowStream"))
+                .count()
+                > round
+        })
+        .await;
+        drop(r);
+        until("the chunk call cancelled", Duration::from_secs(10), || async {
+            s.streamer
+                .events()
+                .iter()
+                .filter(|e| e.starts_with("cancel slowStream"))
+                .count()
+                > round
+        })
+        .await;
+    }
+    until("no active streams", Duration::from_secs(10), || async {
+        s.kernel.metric("policy_kernel_active_streams") == 0.0
+    })
+    .await;
+    let after = fds(kernel_pid);
+    assert!(after <= before + 2, "kernel fds {before} -> {after}");
+    assert!(s.kernel.metric("policy_kernel_stream_chunks_total{route=\"resp\"}") > 0.0);
+    assert_eq!(s.envoy.stat("http.ingress.ext_proc.streams_failed"), 0, "{}", s.diag());
+    assert!(s.envoy.stat("http.ingress.ext_proc.streams_started") > 0);
+}
