@@ -214,7 +214,8 @@ fn the_dashboard_is_importable_and_uses_its_variables_and_data_source() {
 /// Three test agents, a kernel and a real Envoy: route `chain` runs `tag`
 /// (a1; denies with 403 when `x-deny` is present) then `stamp` (a2); route
 /// `fail` runs `broken` (a1), whose reply carries the wrong request id;
-/// route `deny` runs `gate` (a3), which denies every request with 403.
+/// route `deny` runs `gate` (a3), which denies every request with 403; route
+/// `invalid` names a policy no agent declares (policy_not_supported).
 struct Stack {
     _tmp: tempfile::TempDir,
     _agents: [TestAgent; 3],
@@ -246,7 +247,7 @@ impl Stack {
         let a1 = TestAgent::start(dir, "a1", A1);
         let a2 = TestAgent::start(dir, "a2", A2);
         let a3 = TestAgent::start(dir, "a3", A3);
-        let routes = "    - route_name: chain\n      request_policy_chain: [{policy: tag}, {policy: stamp}]\n    - route_name: fail\n      request_policy_chain: [{policy: broken}]\n    - route_name: deny\n      request_policy_chain: [{policy: gate}]\n";
+        let routes = "    - route_name: chain\n      request_policy_chain: [{policy: tag}, {policy: stamp}]\n    - route_name: fail\n      request_policy_chain: [{policy: broken}]\n    - route_name: deny\n      request_policy_chain: [{policy: gate}]\n    - route_name: invalid\n      request_policy_chain: [{policy: nosuch}]\n";
         let body = format!(
             "  agents:\n{}{}{}  route_policies:\n{routes}",
             agent_entry("a1", &a1, ""),
@@ -256,7 +257,7 @@ impl Stack {
         let kernel = KernelProc::start(dir, &body);
         let upstream = Upstream::start().await;
         let envoy = Envoy::start(dir, &kernel.socket, upstream.addr.port());
-        until("both agents healthy", Duration::from_secs(15), || {
+        until("the agents healthy", Duration::from_secs(15), || {
             let (_, config) = kernel.admin_get("/config");
             async move { config.matches("\"healthy\":true").count() == 3 }
         })
@@ -278,8 +279,9 @@ impl Stack {
 
     /// The known traffic: on `chain`, 3 requests through both agents and 1
     /// denied by the first; 1 on `fail`, failed by an invalid reply; 2 on
-    /// `deny`. Agent calls: a1 5 (1 invalid), a2 3, a3 2; calls per request
-    /// on `chain`: (3 × 2 + 1) / 4 = 1.75.
+    /// `deny`; 1 on `invalid`, answered 500 without an agent call. Agent
+    /// calls: a1 5 (1 invalid), a2 3, a3 2; calls per request on `chain`:
+    /// (3 × 2 + 1) / 4 = 1.75.
     async fn traffic(&self) {
         let c = reqwest::Client::new();
         for _ in 0..3 {
@@ -293,6 +295,8 @@ impl Stack {
         assert_eq!(r.status, 500, "{}", r.body);
         self.deny(&c).await;
         self.deny(&c).await;
+        let r = send(&c, "GET", &self.envoy.url("/invalid/x"), &[], None).await;
+        assert_eq!(r.status, 500, "{}", r.body);
     }
 }
 
@@ -489,6 +493,16 @@ async fn prometheus_scrapes_the_kernel_behind_envoy_and_records_known_traffic() 
             .unwrap_or(0.0);
     }
     stack.traffic().await;
+    // A reload of a file that does not load: rejected and counted.
+    std::fs::write(&stack.kernel.config, "policy_kernel: [").expect("write config");
+    stack.kernel.proc.signal("HUP");
+    until("the rejected reload counted", Duration::from_secs(10), || {
+        let failures = stack
+            .kernel
+            .metric(r#"policy_kernel_config_reload_total{status="failure"}"#);
+        async move { failures == 1.0 }
+    })
+    .await;
 
     // Recorded series, exact because every series in each ratio started
     // from 0 at the same scrapes.
@@ -531,21 +545,39 @@ async fn prometheus_scrapes_the_kernel_behind_envoy_and_records_known_traffic() 
         }
     }
     assert_eq!(evaluated, rule_entries().len());
-    // a1's 20% errors put PolicyKernelAgentErrors in pending (it fires after
-    // 5 minutes); nothing else is active on this healthy stack.
+    // Real alerts: the rejected reload and route `invalid` fire at once (no
+    // `for`); a1's 20% errors put PolicyKernelAgentErrors in pending (it
+    // fires after 5 minutes); nothing else.
+    let want = [
+        r#"PolicyKernelAgentErrors agent="a1" pending"#,
+        r#"PolicyKernelConfigReloadFailed status="failure" firing"#,
+        r#"PolicyKernelPolicyNotSupported route="invalid" firing"#,
+    ];
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let alerts = prom.api(&c, "alerts").await;
-        let active: Vec<String> = alerts["alerts"]
+        let mut active: Vec<String> = alerts["alerts"]
             .as_array()
             .expect("alerts")
             .iter()
-            .map(|a| format!("{} {} {}", a["labels"]["alertname"], a["labels"]["agent"], a["state"]))
+            .map(|a| {
+                let l = &a["labels"];
+                let key = ["agent", "status", "route"]
+                    .into_iter()
+                    .find_map(|k| l[k].as_str().map(|v| format!("{k}=\"{v}\"")))
+                    .unwrap_or_default();
+                format!(
+                    "{} {key} {}",
+                    l["alertname"].as_str().unwrap_or("?"),
+                    a["state"].as_str().unwrap_or("?")
+                )
+            })
             .collect();
-        if active == [r#""PolicyKernelAgentErrors" "a1" "pending""#] {
+        active.sort();
+        if active == want {
             break;
         }
-        assert!(active.len() <= 1 && Instant::now() < deadline, "{active:?}");
+        assert!(Instant::now() < deadline, "alerts {active:?}, want {want:?}");
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 
