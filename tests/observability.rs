@@ -160,6 +160,7 @@ fn the_dashboard_is_importable_and_uses_its_variables_and_data_source() {
     }
     let mut ids = BTreeSet::new();
     let mut titles = BTreeSet::new();
+    let mut row = "";
     for p in d["panels"].as_array().expect("panels") {
         let id = p["id"].as_u64().expect("panel id");
         assert!(ids.insert(id), "panel id {id} twice");
@@ -170,6 +171,7 @@ fn the_dashboard_is_importable_and_uses_its_variables_and_data_source() {
             "{p}"
         );
         if p["type"] == "row" {
+            row = p["title"].as_str().expect("row title");
             continue;
         }
         titles.insert(p["title"].as_str().expect("title").to_string());
@@ -189,8 +191,11 @@ fn the_dashboard_is_importable_and_uses_its_variables_and_data_source() {
                     p["title"]
                 );
             }
-            // Route panels follow the route selection, every panel the instance one.
+            // Every panel follows the instance selection; route panels the route one.
             assert!(expr.contains("instance=~\"$instance\""), "{}: {expr}", p["title"]);
+            if row == "Routes" {
+                assert!(expr.contains("route=~\"$route\""), "{}: {expr}", p["title"]);
+            }
         }
     }
     for want in [
