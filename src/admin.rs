@@ -41,6 +41,7 @@ impl Admin {
     /// Marks the ext_proc listener as up (or down, while draining).
     pub fn set_ready(&self, ready: bool) {
         self.ready.store(ready, Ordering::Release);
+        metrics().ready.set(i64::from(ready));
     }
 
     /// Binds `addr` and serves in the background; returns the bound address.

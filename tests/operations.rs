@@ -237,6 +237,11 @@ async fn sigterm_drains_in_flight_streams_and_second_signal_exits() {
         wait_for("readiness to drop", Duration::from_secs(2), || {
             kernel.admin_get("/readyz").0 != 200
         });
+        let text = kernel.admin_get("/metrics").1;
+        assert!(
+            text.lines().any(|l| l == "policy_kernel_ready 0"),
+            "the ready gauge follows /readyz:\n{text}"
+        );
         for s in &mut streams {
             let r = s.rx.message().await.expect("answer").expect("answer");
             assert!(

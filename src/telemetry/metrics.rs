@@ -46,6 +46,8 @@ pub struct Metrics {
     pub config_version: IntGauge,
     /// `policy_kernel_active_streams`.
     pub active_streams: IntGauge,
+    /// `policy_kernel_ready`: 1 while `/readyz` answers ready, else 0.
+    pub ready: IntGauge,
     /// `policy_kernel_immediate_responses_total{route,status,reason}`.
     pub immediate: IntCounterVec,
     /// `policy_kernel_agent_circuit_state{agent}`: 0 closed, 1 open, 2 half-open.
@@ -104,6 +106,17 @@ impl Metrics {
         // Counted by the log writer, which must not depend on this registry.
         r.register(Box::new(super::stdout::dropped_counter().clone()))
             .unwrap_or_else(|e| panic!("metric log_lines_dropped: {e}"));
+        let reloads = counter(
+            &r,
+            "policy_kernel_config_reload_total",
+            "Total number of config reload attempts",
+            &["status"],
+        );
+        // Both outcomes exist from the start at 0, so that the first failed
+        // reload is an increase Prometheus sees, not a series that appears.
+        for status in ["success", "failure"] {
+            reloads.with_label_values(&[status]);
+        }
         Self {
             requests: counter(
                 &r,
@@ -125,12 +138,7 @@ impl Metrics {
                 "Total number of agent timeouts",
                 &["agent"],
             ),
-            reloads: counter(
-                &r,
-                "policy_kernel_config_reload_total",
-                "Total number of config reload attempts",
-                &["status"],
-            ),
+            reloads,
             calls_per_request: histogram(
                 &r,
                 "policy_kernel_agent_calls_per_request",
@@ -163,6 +171,11 @@ impl Metrics {
                 "Version of the active configuration",
             ),
             active_streams: gauge(&r, "policy_kernel_active_streams", "ext_proc streams in progress"),
+            ready: gauge(
+                &r,
+                "policy_kernel_ready",
+                "1 while the kernel is ready (configuration loaded, ext_proc listening, not draining)",
+            ),
             immediate: counter(
                 &r,
                 "policy_kernel_immediate_responses_total",
@@ -335,5 +348,20 @@ mod tests {
             assert!(text.contains(name), "{name} missing");
         }
         assert!(text.contains(r#"policy_kernel_requests_total{agent="a-test",route="r-test",status="ok"} 1"#));
+    }
+
+    /// Alerts read these before anything happened: a reload failure must be
+    /// an increase from 0, and readiness a value, not a missing series.
+    #[test]
+    fn reload_outcomes_and_readiness_render_before_any_event() {
+        let text = metrics().render();
+        for status in ["success", "failure"] {
+            let prefix = format!("policy_kernel_config_reload_total{{status=\"{status}\"}} ");
+            assert!(
+                text.lines().any(|l| l.starts_with(&prefix)),
+                "{prefix} missing:\n{text}"
+            );
+        }
+        assert!(text.lines().any(|l| l.starts_with("policy_kernel_ready ")), "{text}");
     }
 }
