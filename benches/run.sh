@@ -34,7 +34,8 @@
 #                  body being asked for (release with PK_BENCH_PROFILE=release)
 #   --no-criterion skip the micro-benchmarks
 #   --no-direct    skip the direct pk-loadgen scenarios
-#   --no-envoy     skip the end-to-end scenarios
+#   --no-envoy     skip the end-to-end scenarios (and benches/stream.sh, the
+#                  streamed responses through Envoy)
 #   --no-instructions skip the instruction counts (benches/instructions.sh:
 #                  F, K0, K1, K3, A1 under valgrind callgrind, which run.sh installs
 #                  when missing; about two minutes)
@@ -457,6 +458,12 @@ if [ "$ENVOY_E2E" = 1 ] && [ -z "$ENVOY_NOTE" ]; then
   stop_all
 fi
 
+# ---------------------------------------------------------------- streamed responses
+if [ "$ENVOY_E2E" = 1 ] && [ "$SMOKE" = 0 ] && [ -n "$(venv_envoy)" ]; then
+  log "streamed responses through Envoy (benches/stream.sh)"
+  RUN="$RUN" bash "$ROOT/benches/stream.sh" "$BIN" >"$RUN/stream.out" 2>&1 || log "benches/stream.sh failed: see $RUN/stream.out"
+fi
+
 # ---------------------------------------------------------------- report
 ELAPSED=$(( $(date +%s) - START_TS ))
 REPORT_ARGS=(table "$RESULTS_JSON" --elapsed "$ELAPSED" --nproc "$(nproc)"
@@ -466,6 +473,7 @@ REPORT_ARGS=(table "$RESULTS_JSON" --elapsed "$ELAPSED" --nproc "$(nproc)"
 [ -f "$RUN/criterion.txt" ] && REPORT_ARGS+=(--criterion "$RUN/criterion.txt")
 [ -f "$RUN/instructions.md" ] && REPORT_ARGS+=(--instructions "$RUN/instructions.md")
 python3 "$ROOT/benches/report.py" "${REPORT_ARGS[@]}" >"$RUN/table.md"
+if [ -f "$RUN/stream.md" ]; then { echo; cat "$RUN/stream.md"; } >>"$RUN/table.md"; fi
 cat "$RUN/table.md"
 if [ "$RESULTS" = 1 ]; then
   # The table becomes RESULTS.md's current section and joins the month's history.

@@ -4,12 +4,18 @@
 POST /v1/chat/completions answers like an OpenAI-style chat completion (with
 `usage.total_tokens`, which the token rate limiter charges) and echoes the
 request it received under "echo", so the effect of policies (redacted PII,
-added headers) is visible to the client. Standard library only.
+added headers) is visible to the client. With `"stream": true` it streams the
+answer instead, as server-sent events 0.4 s apart (OpenAI's
+`chat.completion.chunk` shape, then a usage chunk when
+`stream_options.include_usage` is set, then `data: [DONE]`); the answer
+carries an e-mail address and a phone number split across events, for the
+streaming redaction to catch. Standard library only.
 
 Usage: demo_upstream.py [--host 127.0.0.1] [--port 8080]
 """
 import argparse
 import json
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -27,9 +33,14 @@ class Echo(BaseHTTPRequestHandler):
         }
         if self.path.startswith("/v1/chat/completions"):
             try:
-                messages = json.loads(body).get("messages", [])
+                request = json.loads(body)
             except ValueError:
-                messages = []
+                request = {}
+            if not isinstance(request, dict):
+                request = {}
+            messages = request.get("messages", [])
+            if request.get("stream") is True:
+                return self._stream(request, max(1, len(body) // 4))
             last = messages[-1].get("content", "") if messages else ""
             prompt_tokens = max(1, len(body) // 4)
             answer = {
@@ -47,6 +58,35 @@ class Echo(BaseHTTPRequestHandler):
         self.send_header("content-length", str(len(out)))
         self.end_headers()
         self.wfile.write(out)
+
+    # The streamed answer, cut so that values straddle events.
+    STREAMED = ["Sure! Write to help.desk@exa", "mple.com or call +1 555-867-", "5309. Anything else?"]
+
+    def _stream(self, request, prompt_tokens):
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("cache-control", "no-cache")
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+
+        def event(doc):
+            data = ("data: " + (doc if isinstance(doc, str) else json.dumps(doc)) + "\n\n").encode()
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+
+        chunk = {"id": "chatcmpl-demo", "object": "chat.completion.chunk", "model": "demo"}
+        event(dict(chunk, choices=[{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None}]))
+        for text in self.STREAMED:
+            time.sleep(0.4)
+            event(dict(chunk, choices=[{"index": 0, "delta": {"content": text}, "finish_reason": None}]))
+        event(dict(chunk, choices=[{"index": 0, "delta": {}, "finish_reason": "stop"}]))
+        options = request.get("stream_options")
+        if isinstance(options, dict) and options.get("include_usage") is True:
+            usage = {"prompt_tokens": prompt_tokens, "completion_tokens": 24, "total_tokens": prompt_tokens + 24}
+            event(dict(chunk, choices=[], usage=usage))
+        event("[DONE]")
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
 
     do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _handle
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Coverage-guided fuzzing of the three targets, in parallel, for
+# Coverage-guided fuzzing of the four targets, in parallel, for
 # FUZZ_SECONDS each (default 1800). Prints executions, corpus size and
 # crashes per target; crash inputs land in fuzz/artifacts/<target>/.
 # Usage: bash fuzz/run.sh [SECONDS]
@@ -13,13 +13,13 @@ cargo run --quiet --release --bin make_seeds
 mkdir -p corpus/config_loader logs
 cp ../config/*.yaml corpus/config_loader/
 # Every crash input ever fixed is replayed first (fuzz/regressions/<target>/).
-for t in config_loader reply_to_mutation stream; do
+for t in config_loader reply_to_mutation stream sse_framer; do
   if [ -d "regressions/$t" ]; then
     cargo fuzz run -O "$t" "regressions/$t" -- -runs=0 > "logs/$t.regressions.log" 2>&1 \
       || { echo "regression input of $t fails again: see fuzz/logs/$t.regressions.log"; exit 1; }
   fi
 done
-targets=${FUZZ_TARGETS:-"config_loader reply_to_mutation stream"}
+targets=${FUZZ_TARGETS:-"config_loader reply_to_mutation stream sse_framer"}
 pids=()
 for t in $targets; do
   mkdir -p "corpus/$t" "artifacts/$t"

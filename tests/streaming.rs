@@ -285,6 +285,25 @@ async fn streamed_responses_through_envoy() {
             >= 1.0
     );
 
+    // A raw body cannot carry an error event: ending it resets the stream,
+    // so the client sees an error, not a body that looks complete.
+    let raw: Vec<Vec<u8>> = (0..5).map(|i| format!("part {i};").into_bytes()).collect();
+    s.up.script(
+        "rawfive",
+        Script {
+            content_type: "application/octet-stream",
+            pieces: raw,
+            pause: Duration::from_millis(50),
+            gated: false,
+        },
+    );
+    let r = s.open("/deny/raw", "rawfive").await;
+    assert_eq!(r.status(), 200);
+    let got = tokio::time::timeout(Duration::from_secs(20), r.bytes())
+        .await
+        .expect("no hang");
+    assert!(got.is_err(), "a cut raw body must not look complete: {got:?}");
+
     // A non-SSE chunked body passes through a streaming policy intact.
     let raw: Vec<Vec<u8>> = vec![b"{\"part\":".to_vec(), vec![0xc3], vec![0xa9, b'1'], b"}\n".to_vec()];
     s.up.script(
