@@ -520,9 +520,12 @@ async fn a_stalled_log_reader_does_not_stall_requests() {
 
     let dir = workdir();
     let a1 = TestAgent::start(dir.path(), "a1", AGENTS);
+    // What is under test is the log output, not the agent: on a busy
+    // machine 50 calls at once may pass the default 500 ms, and a few such
+    // timeouts in a row would open the agent's circuit (503).
     let body = format!(
         "  agents:\n{}  route_policies:\n    - route_name: m\n      request_policy_chain: [{{policy: tag, params: {{secret: s}}}}]\n",
-        agent_entry("a1", &a1, "")
+        agent_entry("a1", &a1, "      timeout_ms: 5000\n      circuit_breaker: {failure_threshold: 0}\n")
     );
     let mut fds = [0; 2];
     // SAFETY: fds has room for the two descriptors pipe(2) returns.
@@ -532,6 +535,9 @@ async fn a_stalled_log_reader_does_not_stall_requests() {
     let kernel = KernelProc::start_with_stdout(dir.path(), &body, writer.into());
     wait_for("readiness", Duration::from_secs(10), || {
         kernel.admin_get("/readyz").0 == 200
+    });
+    wait_for("the agent healthy", Duration::from_secs(10), || {
+        kernel.admin_get("/config").1.contains("\"healthy\":true")
     });
 
     // Far more log than the pipe (64 KiB) and the kernel's backlog (1 MiB)
