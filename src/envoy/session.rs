@@ -438,6 +438,7 @@ impl Active {
         if let Some(refused) = self.strict_refusal(&[&self.response_plan, streamer.plan()]) {
             return refused;
         }
+        let end_of_stream = h.end_of_stream;
         let mut response = response_ctx(h);
         let resp = if self.response_plan.is_empty() {
             translate::respond(Answer::ResponseHeaders, None)
@@ -449,6 +450,18 @@ impl Active {
         }
         let mut streamer = streamer;
         streamer.start(&self.route.name, &self.request, &response);
+        if end_of_stream {
+            // No body will come: the streaming policies still get their
+            // end of stream (an audit entry, say); there is nothing to send.
+            let cx = StreamCtx {
+                snap: &self.snap,
+                route: &self.route,
+                request_id: &self.request.request_id,
+                meta: &mut self.meta,
+                trace: self.trace.as_ref(),
+            };
+            let _ = streamer.chunk(cx, Vec::new(), true).await;
+        }
         self.stream = Some(streamer);
         stream::strip_length(resp, &response)
     }
