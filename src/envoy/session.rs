@@ -394,16 +394,10 @@ impl Session {
         let State::Active(active) = &mut self.state else {
             return translate::respond(Answer::ResponseBody, None);
         };
-        let active: &mut Active = active;
-        if let Some(streamer) = active.stream.as_mut() {
-            let cx = StreamCtx {
-                snap: &active.snap,
-                route: &active.route,
-                request_id: &active.request.request_id,
-                meta: &mut active.meta,
-                trace: active.trace.as_ref(),
-            };
-            return streamer.chunk(cx, body, end_of_stream).await;
+        if let Some(mut streamer) = active.stream.take() {
+            let resp = active.stream_piece(&mut streamer, body, end_of_stream).await;
+            active.stream = Some(streamer);
+            return resp;
         }
         let Some(mut response) = active.response.take() else {
             return translate::respond(Answer::ResponseBody, None);
@@ -427,6 +421,23 @@ impl Active {
         let imm = &self.snap.responses.unavailable;
         self.route.metrics.immediate(imm.status, &imm.reason);
         Some(translate::immediate(imm))
+    }
+
+    /// One piece of a streamed response body through `streamer`.
+    async fn stream_piece(
+        &mut self,
+        streamer: &mut Streamer,
+        body: Vec<u8>,
+        end_of_stream: bool,
+    ) -> ProcessingResponse {
+        let cx = StreamCtx {
+            snap: &self.snap,
+            route: &self.route,
+            request_id: &self.request.request_id,
+            meta: &mut self.meta,
+            trace: self.trace.as_ref(),
+        };
+        streamer.chunk(cx, body, end_of_stream).await
     }
 
     /// The response headers of a streamed response: the header-only
@@ -453,14 +464,7 @@ impl Active {
         if end_of_stream {
             // No body will come: the streaming policies still get their
             // end of stream (an audit entry, say); there is nothing to send.
-            let cx = StreamCtx {
-                snap: &self.snap,
-                route: &self.route,
-                request_id: &self.request.request_id,
-                meta: &mut self.meta,
-                trace: self.trace.as_ref(),
-            };
-            let _ = streamer.chunk(cx, Vec::new(), true).await;
+            let _ = self.stream_piece(&mut streamer, Vec::new(), true).await;
         }
         self.stream = Some(streamer);
         stream::strip_length(resp, &response)
