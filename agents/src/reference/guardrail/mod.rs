@@ -5,7 +5,9 @@
 //!   in layers (SQL injection, command injection, prompt injection,
 //!   jailbreak), each with a severity and a risk score, as AgentOS's pre-LLM
 //!   classifier.
-//! * [`PiiRedaction`] (`piiRedaction`): masks e-mails, phone numbers, card
+//! * [`PiiRedaction`] (`piiRedaction`): masks e-mails, phone numbers
+//!   (confirmed with libphonenumber's metadata, national formats of the
+//!   configured regions and international ones), card
 //!   numbers (Luhn), US SSNs, IBANs (mod 97) and IPv4 addresses in bodies,
 //!   keeping JSON valid.
 //! * [`AuditLog`] (`auditLog`): a SHA-256 hash-chained JSON-lines journal,
@@ -15,6 +17,7 @@ pub mod audit;
 mod classifier;
 mod headers;
 mod injection;
+mod phone;
 mod pii;
 mod pii_json;
 mod redactor;
@@ -23,6 +26,7 @@ pub use audit::{verify_journal, AuditError, AuditLog, Journal, JournalOptions};
 pub use classifier::{Assessment, Classifier, Detection, Severity};
 pub use headers::{parse_header_block, AddSecurityHeaders};
 pub use injection::PromptInjectionGuard;
+pub use phone::{parse_region, PhoneRegion, DEFAULT_REGIONS};
 pub use pii::PiiRedaction;
 pub use redactor::{Counts, PiiType, Redactor};
 

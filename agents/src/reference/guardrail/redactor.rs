@@ -1,11 +1,13 @@
 //! PII detectors: one regex per type, with checks that weed out false
-//! positives (Luhn for cards, mod 97 for IBANs, SSA ranges for SSNs), and the
+//! positives (Luhn for cards, mod 97 for IBANs, SSA ranges for SSNs,
+//! libphonenumber metadata for phone numbers: see [`phone`]), and the
 //! [`Redactor`] applying them to text or to the string values of JSON.
 
 use std::sync::LazyLock;
 
 use regex::Regex;
 
+use super::phone::{self, PhoneRegion};
 use super::pii_json::redact_strings;
 use crate::PolicyError;
 
@@ -61,17 +63,21 @@ impl PiiType {
             PiiType::Iban => r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b",
             PiiType::Ssn => r"\b\d{3}-\d{2}-\d{4}\b",
             PiiType::Ipv4 => r"\b(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\b",
-            PiiType::Phone => r"(?:\+\d{1,3}[ .-]?)?(?:\(\d{3}\) ?|\b\d{3}[ .-]?)\d{3}[ .-]?\d{4}\b",
+            PiiType::Phone => phone::CANDIDATE,
         }
     }
 
-    fn accepts(self, m: &str) -> bool {
-        match self {
+    /// How much of the match `m` (at `start` in `text`) is this type's
+    /// data, if any.
+    fn accepts(self, text: &str, start: usize, m: &str, regions: &[PhoneRegion]) -> Option<usize> {
+        let ok = match self {
             PiiType::CreditCard => card_ok(m),
             PiiType::Iban => iban_ok(m),
             PiiType::Ssn => ssn_ok(m),
+            PiiType::Phone => return phone::confirm(text, start, m, regions),
             _ => true,
-        }
+        };
+        ok.then_some(m.len())
     }
 }
 
@@ -136,6 +142,7 @@ pub struct Redactor {
 }
 
 static REDACTOR: LazyLock<Result<Redactor, regex::Error>> = LazyLock::new(|| {
+    phone::warm()?;
     let detectors = PiiType::ALL
         .into_iter()
         .map(|t| Regex::new(t.pattern()).map(|r| (t, r)))
@@ -154,24 +161,36 @@ impl Redactor {
             .map_err(|e| PolicyError::new(format!("PII patterns do not compile: {e}")))
     }
 
-    /// Redacts `types` in plain text; `None` when nothing matched.
-    pub fn redact_text(&self, text: &str, types: &[PiiType], counts: &mut Counts) -> Option<String> {
+    /// Redacts `types` in plain text (phone numbers in the national
+    /// formats of `regions`, and international ones); `None` when nothing
+    /// matched.
+    pub fn redact_text(
+        &self,
+        text: &str,
+        types: &[PiiType],
+        regions: &[PhoneRegion],
+        counts: &mut Counts,
+    ) -> Option<String> {
         let mut current: Option<String> = None;
         for (t, re) in self.detectors.iter().filter(|(t, _)| types.contains(t)) {
             let input = current.as_deref().unwrap_or(text);
             let mut n = 0;
-            let replaced = re.replace_all(input, |caps: &regex::Captures<'_>| {
-                let m = &caps[0];
-                if t.accepts(m) {
-                    n += 1;
-                    format!("[REDACTED:{}]", t.as_str())
-                } else {
-                    m.to_string()
-                }
-            });
+            let mut out = String::new();
+            let mut copied = 0;
+            for m in re.find_iter(input) {
+                let Some(len) = t.accepts(input, m.start(), m.as_str(), regions) else {
+                    continue;
+                };
+                out.push_str(&input[copied..m.start()]);
+                out.push_str("[REDACTED:");
+                out.push_str(t.as_str());
+                out.push(']');
+                copied = m.start() + len;
+                n += 1;
+            }
             if n > 0 {
-                let owned = replaced.into_owned();
-                current = Some(owned);
+                out.push_str(&input[copied..]);
+                current = Some(out);
                 match counts.iter_mut().find(|(ct, _)| *ct == *t) {
                     Some((_, c)) => *c += n,
                     None => counts.push((*t, n)),
@@ -183,12 +202,18 @@ impl Redactor {
 
     /// Redacts a body: string values of a JSON document, or the whole text.
     /// `None` when nothing changed (or the body is neither JSON nor UTF-8).
-    pub fn redact_body(&self, body: &[u8], types: &[PiiType], counts: &mut Counts) -> Option<String> {
+    pub fn redact_body(
+        &self,
+        body: &[u8],
+        types: &[PiiType],
+        regions: &[PhoneRegion],
+        counts: &mut Counts,
+    ) -> Option<String> {
         let text = std::str::from_utf8(body).ok()?;
         if serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok() {
-            redact_strings(text, |s| self.redact_text(s, types, counts))
+            redact_strings(text, |s| self.redact_text(s, types, regions, counts))
         } else {
-            self.redact_text(text, types, counts)
+            self.redact_text(text, types, regions, counts)
         }
     }
 }
