@@ -170,7 +170,8 @@ fn national(core: &str, all: &str, bare: bool, id: Id) -> bool {
     let Ok(number) = phonenumber::parse(Some(id), core) else {
         return false;
     };
-    if bare {
+    // A bare run of ten NANP digits could be any id: only valid numbers.
+    if bare && meta.country_code() == 1 {
         return number.is_valid();
     }
     number.is_valid() || possible_length(&number)

@@ -59,7 +59,7 @@ impl PiiType {
     fn pattern(self) -> &'static str {
         match self {
             PiiType::Email => r"(?i)\b[a-z0-9._%+-]+@[a-z0-9-]+(?:\.[a-z0-9-]+)*\.[a-z]{2,}\b",
-            PiiType::CreditCard => r"\b(?:\d{4}[ -]){3}\d{4}\b|\b\d{4}[ -]\d{6}[ -]\d{5}\b|\b\d{13,19}\b",
+            PiiType::CreditCard => r"\b(?:\d{4}[ -]){3}\d{4}\b|\b\d{4}[ -]\d{6}[ -]\d{5}\b|\b\d{12,19}\b",
             PiiType::Iban => r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b",
             PiiType::Ssn => r"\b\d{3}-\d{2}-\d{4}\b",
             PiiType::Ipv4 => r"\b(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\b",
@@ -81,10 +81,24 @@ impl PiiType {
     }
 }
 
-/// Luhn check over the digits of `m` (13-19 digits, first digit 2-6).
+/// Luhn check over the digits of `m`: 13-19 digits with a first digit of
+/// 2-6, or the issuers with other lengths: Maestro (12 digits, 50 or
+/// 56-69) and JCB's 15-digit 1800 and 2131 ranges.
 pub(crate) fn card_ok(m: &str) -> bool {
     let digits: Vec<u32> = m.chars().filter_map(|c| c.to_digit(10)).collect();
-    if !(13..=19).contains(&digits.len()) || !(2..=6).contains(&digits[0]) {
+    let prefix = |p: &str| {
+        m.chars()
+            .filter(char::is_ascii_digit)
+            .collect::<String>()
+            .starts_with(p)
+    };
+    let issuer = match digits.len() {
+        12 => prefix("50") || (56..=69).contains(&(digits[0] * 10 + digits[1])),
+        15 if prefix("1800") || prefix("2131") => true,
+        13..=19 => (2..=6).contains(&digits[0]),
+        _ => false,
+    };
+    if !issuer {
         return false;
     }
     let sum: u32 = digits
