@@ -132,7 +132,8 @@ fn obfuscated() -> String {
 /// About `bytes` of non-ASCII chat text (every character goes through NFKC
 /// and the confusable skeleton).
 fn multilingual(bytes: usize) -> String {
-    let filler = "Bitte fasse den Quartalsbericht zusammen. 请总结季度报告并列出三个主要风险。Résumez le rapport trimestriel. ";
+    let filler =
+        "Bitte fasse den Quartalsbericht zusammen. 请总结季度报告并列出三个主要风险。Résumez le rapport trimestriel. ";
     let mut content = filler.repeat(bytes / filler.len() + 1);
     while content.len() > bytes {
         content.pop();

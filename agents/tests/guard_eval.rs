@@ -23,7 +23,10 @@ fn pii_redaction_holds_its_test_split_figures() {
         assert!(report.pct(kind) >= 98.0, "{kind} fell: {report}");
     }
     for locale in ["en_US", "en_GB", "de_DE", "fr_FR"] {
-        assert!(report.pct(&format!("phone/{locale}")) >= 95.0, "phone/{locale} fell: {report}");
+        assert!(
+            report.pct(&format!("phone/{locale}")) >= 95.0,
+            "phone/{locale} fell: {report}"
+        );
     }
     assert!(report.benign_unchanged.1 >= 200, "{report}");
     assert!(report.benign_pct() >= 99.5, "benign sentences touched: {report}");
