@@ -18,6 +18,7 @@
 pub mod audit;
 mod detector;
 mod headers;
+mod indirect;
 mod injection;
 mod normalize;
 mod phone;
