@@ -82,7 +82,7 @@ const RULES: &str = r"(?:instructions?|prompts?|rules|tos|terms of service|direc
 /// Adjectives of an unrestricted model.
 const UNBOUND: &str = r"(?:unrestricted|unfiltered|uncensored|unlimited|unbound|unchained|unleashed|jailbroken|amoral|immoral|unethical|evil|rogue|lawless|limitless|no[- ]limits?|without limits|free)";
 /// What a model is called.
-const MODEL: &str = r"(?:ai|a\.i\.?|model|chatbot|assistant|language model|llm|gpt|chatgpt|bot|version|entity|persona|character|system|machine|intelligence)";
+const MODEL: &str = r"(?:ai|a\.i\.?|model|chatbot|assistant|language model|llm|gpt|chatgpt|bot|version|entity|persona|character|system|machine|intelligence|generator|personality|alter ego|mode)";
 
 /// (family, strength, pattern over folded text).
 fn patterns() -> Vec<(Family, f64, String)> {
@@ -117,6 +117,7 @@ fn patterns() -> Vec<(Family, f64, String)> {
         (PersonaSwitch, 0.3, format!(r"(?-u:\b)(?:an? |the )?(?:{MODEL}|character|entity) (?:named|called|known as)(?-u:\b)")),
         (PersonaSwitch, 0.3, r"(?-u:\b)(?:two|2|both|dual|separate) (?:different |separate |distinct )?(?:responses|answers|replies|paragraphs|outputs|personalities|personas|characters|modes)(?-u:\b)".into()),
         (PersonaSwitch, 0.2, r"(?-u:\b)(?:simulate|emulate|impersonate)(?-u:\b)".into()),
+        (PersonaSwitch, 0.3, r"(?-u:\b)(?:opposite|evil|dark|unhinged|shadow|uncensored|rebellious) (?:personality|persona|version|twin|side|ego|alter ego|counterpart)(?-u:\b)".into()),
         (PersonaSwitch, 0.15, r"(?-u:\b)(?:pretend|hypothetical|fictional|imaginary|parallel universe|alternate universe)(?-u:\b)".into()),
         (PersonaSwitch, 0.2, r"(?-u:\b)jailbr(?:eak|oken|eaking)(?-u:\b)".into()),
         (PersonaSwitch, 0.2, r"(?-u:\b)(?:chatgpt|openai|gpt-?[34]|anthropic|claude|bard|gemini|llama)(?-u:\b)".into()),
@@ -126,7 +127,7 @@ fn patterns() -> Vec<(Family, f64, String)> {
         (RefusalSuppression, 0.5, r#"(?-u:\b)(?:never|don'?t|do not|not|none of|avoid|stop)(?-u:\b)[^.]{0,60}(?:i'?m sorry|i apologi|as an ai|as a language model|i can'?t|i cannot|i'?m unable|i am unable|i'?m not able)"#.into()),
         (RefusalSuppression, 0.4, r"(?-u:\b)(?:no|without|free (?:from|of)|regardless of|not bound by|doesn'?t care about|does not care about|don'?t care about|not care about|no regard for|any regard for|ignores?|disregards?|beyond|outside)(?-u:\b)[^.]{0,30}(?-u:\b)(?:ethics|ethical|morals?|morality|legality|legal|laws|guidelines|policies|content polic\w*|safety|restrictions|censorship|filters?|principles|consequences)".into()),
         (RefusalSuppression, 0.2, r"(?-u:\b)(?:amoral|unethical|immoral|uncensored|unfiltered|unrestricted|illegal|nsfw)(?-u:\b)".into()),
-        (RefusalSuppression, 0.35, r"(?-u:\b)(?:always|will|must|shall)(?-u:\b) (?:\w+ )?(?:answer|respond|comply|provide|reply|fulfil+|obey|generate|do)(?-u:\b)[^.]{0,40}(?-u:\b)(?:any|every|all|no matter|regardless|whatever|anything)(?-u:\b)".into()),
+        (RefusalSuppression, 0.35, r"(?-u:\b)(?:always|will|must|shall)(?-u:\b)[!,]? (?:\w+ )?(?:answer|respond|comply|provide|reply|fulfil+|obey|generate|do)(?-u:\b)[^.]{0,40}(?-u:\b)(?:any|every|all|no matter|regardless|whatever|anything)(?-u:\b)".into()),
         (RefusalSuppression, 0.2, r"(?-u:\b)content polic(?:y|ies)(?-u:\b)".into()),
         // System-prompt exfiltration.
         (PromptExfiltration, 0.6, r"(?-u:\b)(?:reveal|print|show|repeat|output|display|tell me|give me|share|leak|dump|recite|list|write out|spell out|paste|copy|disclose|expose|what (?:is|are|was|were))(?-u:\b)[^.]{0,25}(?-u:\b)(?:your|the above|all of your|the hidden|the secret)(?-u:\b)[^.]{0,15}(?-u:\b)(?:system (?:prompt|message|instructions)|(?:initial|hidden|original|secret|internal|confidential|developer|first|full|complete|exact) (?:prompt|instructions|message|configuration|directives)|pre-?prompt|instructions you were given|rules you were given)".into()),
@@ -299,7 +300,10 @@ impl Detector {
         if !matched.matched_any() {
             return Verdict::default();
         }
-        let asks = asks_about(&n.text[..n.decoded_from.unwrap_or(n.text.len())]);
+        let plain = &n.text[..n.decoded_from.unwrap_or(n.text.len())];
+        let asks = asks_about(plain);
+        // A one-line question naming a chat-template token asks about it.
+        let short_question = plain.len() <= 200 && !plain.trim().contains('\n') && plain.trim_end().ends_with('?');
         let mut scores = [0.0f64; 8];
         let mut spans: [Vec<(u32, u32)>; 8] = Default::default();
         for i in matched.iter() {
@@ -308,11 +312,9 @@ impl Detector {
             let k = family.index();
             // Quoted in a question about it ("what does 'DAN' mean?"):
             // talked about, not said.
-            let strength = if asks && quoted(&n.text, m.start(), m.end()) {
-                strength * QUOTED
-            } else {
-                *strength
-            };
+            let talked_about = (asks && quoted(&n.text, m.start(), m.end()))
+                || (short_question && *family == RoleInjection && m.start() < plain.len());
+            let strength = if talked_about { strength * QUOTED } else { *strength };
             scores[k] += strength;
             spans[k].push(n.source_span(m.start(), m.end()));
             // A match inside decoded text is also smuggling.
