@@ -271,6 +271,7 @@ static DETECTOR: LazyLock<Result<Detector, regex::Error>> = LazyLock::new(Detect
 
 impl Detector {
     fn compile() -> Result<Self, regex::Error> {
+        super::normalize::compile()?;
         let pats = patterns();
         let set = RegexSetBuilder::new(pats.iter().map(|(_, _, p)| p))
             .size_limit(64 << 20)

@@ -63,11 +63,18 @@ impl Normalized {
     }
 }
 
-static BASE64: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"[A-Za-z0-9+/]{20,}={0,2}").unwrap_or_else(|_| Regex::new("$^").expect("empty")));
-static HEX: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"(?:\\x)?(?:[0-9a-fA-F]{2}(?:\s|\\x)?){12,}").unwrap_or_else(|_| Regex::new("$^").expect("empty"))
+/// Base64 and hex segments (compiled at startup by [`compile`]).
+static SEGMENTS: LazyLock<Result<(Regex, Regex), regex::Error>> = LazyLock::new(|| {
+    Ok((
+        Regex::new(r"[A-Za-z0-9+/]{20,}={0,2}")?,
+        Regex::new(r"(?:\\x)?(?:[0-9a-fA-F]{2}(?:\s|\\x)?){12,}")?,
+    ))
 });
+
+/// Compiles the segment patterns now; an error names the pattern problem.
+pub fn compile() -> Result<(), regex::Error> {
+    SEGMENTS.as_ref().map(|_| ()).map_err(Clone::clone)
+}
 
 /// Whether `c` is invisible formatting: zero-width, bidi control, soft hyphen.
 fn invisible(c: char) -> bool {
@@ -281,12 +288,15 @@ fn rot13(s: &str) -> String {
 
 /// Appends to `out` the folded decodings of `input`'s encoded segments.
 fn decode_into(input: &str, base: usize, depth: usize, out: &mut Normalized) {
+    let Ok((base64_re, hex_re)) = SEGMENTS.as_ref() else {
+        return;
+    };
     if depth >= MAX_DEPTH {
         return;
     }
     let mut segments = 0;
     let mut found: Vec<(usize, String)> = Vec::new();
-    for m in BASE64.find_iter(input) {
+    for m in base64_re.find_iter(input) {
         if segments >= MAX_SEGMENTS {
             break;
         }
@@ -303,7 +313,7 @@ fn decode_into(input: &str, base: usize, depth: usize, out: &mut Normalized) {
             found.push((m.start(), text));
         }
     }
-    for m in HEX.find_iter(input) {
+    for m in hex_re.find_iter(input) {
         if segments >= MAX_SEGMENTS {
             break;
         }
