@@ -1,14 +1,17 @@
 //! Folding a prompt to the plain text its patterns are written for, so that
 //! obfuscation does not hide an attack:
 //!
-//! * Unicode NFKC (full-width and styled letters → ASCII), then confusable
-//!   skeletons (UTS #39: Cyrillic `а` → `a`), for non-ASCII characters only;
+//! * Unicode NFKC (full-width and styled letters → ASCII) for characters
+//!   not already in NFKC, then confusable skeletons (UTS #39: Cyrillic `а` →
+//!   `a`) for characters of the blocks look-alikes come from; ASCII takes a
+//!   byte-at-a-time path;
 //! * zero-width, bidi-control and soft-hyphen characters dropped;
 //! * ASCII lower case, runs of spaces and tabs folded to one space;
 //! * leetspeak inside words (`1gn0r3` → `ignore`);
 //! * letter-spaced words (`i g n o r e`, `i-g-n-o-r-e`) joined;
-//! * embedded base64 and hex segments, and the whole text in rot13 when the
-//!   text names rot13, decoded and appended (bounded in count, size and
+//! * embedded base64 and hex segments (runs of 20+ base64 characters, 24+
+//!   hex digits, or `\x`-escaped bytes), and the whole text in rot13 when
+//!   the text names rot13, decoded and appended (bounded in count, size and
 //!   depth), so the families see what they carry.
 //!
 //! Every output byte keeps the offset of the input byte it came from, so a
@@ -63,17 +66,12 @@ impl Normalized {
     }
 }
 
-/// Base64 and hex segments (compiled at startup by [`compile`]).
-static SEGMENTS: LazyLock<Result<(Regex, Regex), regex::Error>> = LazyLock::new(|| {
-    Ok((
-        Regex::new(r"[A-Za-z0-9+/]{20,}={0,2}")?,
-        Regex::new(r"(?:\\x)?(?:[0-9a-fA-F]{2}(?:\s|\\x)?){12,}")?,
-    ))
-});
+/// `\x`-escaped hex segments (compiled at startup by [`compile`]).
+static ESCAPED_HEX: LazyLock<Result<Regex, regex::Error>> = LazyLock::new(|| Regex::new(r"(?:\\x[0-9a-fA-F]{2}){12,}"));
 
-/// Compiles the segment patterns now; an error names the pattern problem.
+/// Compiles the segment pattern now; an error names the pattern problem.
 pub fn compile() -> Result<(), regex::Error> {
-    SEGMENTS.as_ref().map(|_| ()).map_err(Clone::clone)
+    ESCAPED_HEX.as_ref().map(|_| ()).map_err(Clone::clone)
 }
 
 /// Whether `c` is invisible formatting: zero-width, bidi control, soft hyphen.
@@ -112,6 +110,16 @@ pub fn normalize(input: &str) -> Normalized {
     out
 }
 
+/// Whether `c` is in a block attackers draw look-alikes of Latin letters
+/// from (IPA, Greek, Cyrillic, Cherokee, letterlike and enclosed forms,
+/// Latin extended additional, full-width, mathematical alphanumerics):
+/// those go through the confusable skeleton; other scripts stay as they are.
+fn lookalike_block(c: char) -> bool {
+    matches!(c as u32,
+        0x0250..=0x052F | 0x13A0..=0x13FF | 0x1D00..=0x1DBF | 0x1E00..=0x1EFF | 0x2100..=0x24FF
+        | 0xA640..=0xA69F | 0xFF00..=0xFFEF | 0x1D400..=0x1D7FF | 0x1F100..=0x1F1FF)
+}
+
 /// Steps 1-5 on `input`, whose offsets start at `base`.
 fn fold(input: &str, base: usize) -> Normalized {
     let mut n = Normalized {
@@ -119,25 +127,53 @@ fn fold(input: &str, base: usize) -> Normalized {
         offsets: Vec::with_capacity(input.len()),
         decoded_from: None,
     };
+    let bytes = input.as_bytes();
     let mut last_space = false;
-    for (i, c) in input.char_indices() {
+    let mut i = 0;
+    while i < bytes.len() {
         let at = base + i;
-        if c.is_ascii() {
-            if c == ' ' || c == '\t' || c == '\r' {
+        let b = bytes[i];
+        if b.is_ascii() {
+            if b == b' ' || b == b'\t' || b == b'\r' {
+                i += 1;
                 if !last_space {
-                    n.push(' ', at);
+                    n.text.push(' ');
+                    n.offsets.push(at as u32);
                 } else if n.text.ends_with(' ') {
                     // A run of two or more: a word gap in letter-spaced text.
                     n.text.pop();
                     n.text.push(WIDE);
                 }
                 last_space = true;
-            } else {
-                n.push(c.to_ascii_lowercase(), at);
-                last_space = c == '\n';
+                continue;
             }
+            // A run of ASCII (single spaces included) is copied, lower-cased,
+            // at once; it ends before a tab, CR, a second space or non-ASCII.
+            let blank = |x: u8| x == b' ' || x == b'\t' || x == b'\r';
+            let mut end = i;
+            while end < bytes.len() {
+                let x = bytes[end];
+                if !x.is_ascii()
+                    || x == b'\t'
+                    || x == b'\r'
+                    || (x == b' ' && bytes.get(end + 1).is_some_and(|&y| blank(y)))
+                {
+                    break;
+                }
+                end += 1;
+            }
+            let from = n.text.len();
+            n.text.push_str(&input[i..end]);
+            n.text[from..].make_ascii_lowercase();
+            n.offsets.extend((at..at + (end - i)).map(|o| o as u32));
+            last_space = matches!(bytes[end - 1], b'\n' | b' ');
+            i = end;
             continue;
         }
+        let Some(c) = input.get(i..).and_then(|rest| rest.chars().next()) else {
+            break;
+        };
+        i += c.len_utf8();
         if invisible(c) {
             continue;
         }
@@ -149,15 +185,23 @@ fn fold(input: &str, base: usize) -> Normalized {
             continue;
         }
         last_space = false;
+        let plain =
+            unicode_normalization::is_nfkc_quick(std::iter::once(c)) == unicode_normalization::IsNormalized::Yes;
+        if plain && !lookalike_block(c) {
+            n.push(c, at);
+            continue;
+        }
         for k in std::iter::once(c).nfkc() {
             if k.is_ascii() {
                 n.push(k.to_ascii_lowercase(), at);
             } else if invisible(k) {
-            } else {
+            } else if lookalike_block(k) {
                 let mut s = [0u8; 4];
                 for m in unicode_security::skeleton(k.encode_utf8(&mut s)) {
                     n.push(m.to_lowercase().next().unwrap_or(m), at);
                 }
+            } else {
+                n.push(k, at);
             }
         }
     }
@@ -215,6 +259,18 @@ fn deleet(n: &mut Normalized) {
 /// letter-spaced throughout (words apart by wider gaps), any two or more.
 fn join_spaced(n: &mut Normalized) {
     let b = n.text.as_bytes();
+    // Cheap first look: a single letter, a separator, a single letter.
+    let sep1 = |x: u8| matches!(x, b' ' | b'.' | b'-' | b'_' | b'*');
+    let maybe = b.windows(5).any(|w| {
+        !w[0].is_ascii_alphanumeric()
+            && w[1].is_ascii_lowercase()
+            && sep1(w[2])
+            && w[3].is_ascii_lowercase()
+            && !w[4].is_ascii_alphanumeric()
+    });
+    if !maybe {
+        return;
+    }
     // Letter-spaced throughout: word gaps, and most tokens one character.
     let tokens = n.text.split([' ', WIDE, '\n']).filter(|t| !t.is_empty());
     let (ones, all) = tokens.fold((0usize, 0usize), |(o, a), t| {
@@ -288,47 +344,55 @@ fn rot13(s: &str) -> String {
 
 /// Appends to `out` the folded decodings of `input`'s encoded segments.
 fn decode_into(input: &str, base: usize, depth: usize, out: &mut Normalized) {
-    let Ok((base64_re, hex_re)) = SEGMENTS.as_ref() else {
-        return;
-    };
     if depth >= MAX_DEPTH {
         return;
     }
-    let mut segments = 0;
     let mut found: Vec<(usize, String)> = Vec::new();
-    for m in base64_re.find_iter(input) {
-        if segments >= MAX_SEGMENTS {
-            break;
-        }
-        if m.len() > MAX_SEGMENT_BYTES {
+    // Runs of base64 characters (hex digits are among them), found by a
+    // byte scan rather than a regex: most text has none.
+    let bytes = input.as_bytes();
+    let b64 = |b: u8| b.is_ascii_alphanumeric() || b == b'+' || b == b'/';
+    let mut i = 0;
+    while i < bytes.len() && found.len() < MAX_SEGMENTS {
+        if !b64(bytes[i]) {
+            i += 1;
             continue;
         }
-        let s = m.as_str().trim_end_matches('=');
-        let decoded = base64::engine::general_purpose::STANDARD_NO_PAD
-            .decode(s)
-            .ok()
-            .and_then(as_text);
+        let start = i;
+        while i < bytes.len() && b64(bytes[i]) {
+            i += 1;
+        }
+        let run = &input[start..i];
+        if run.len() < 20 || run.len() > MAX_SEGMENT_BYTES {
+            continue;
+        }
+        let decoded = if run.len() >= 24 && run.len() % 2 == 0 && run.bytes().all(|b| b.is_ascii_hexdigit()) {
+            hex::decode(run).ok().and_then(as_text)
+        } else {
+            None
+        };
+        let decoded = decoded.or_else(|| {
+            base64::engine::general_purpose::STANDARD_NO_PAD
+                .decode(run)
+                .ok()
+                .and_then(as_text)
+        });
         if let Some(text) = decoded {
-            segments += 1;
-            found.push((m.start(), text));
+            found.push((start, text));
         }
     }
-    for m in hex_re.find_iter(input) {
-        if segments >= MAX_SEGMENTS {
-            break;
-        }
-        if m.len() > MAX_SEGMENT_BYTES {
-            continue;
-        }
-        let digits: String = m
-            .as_str()
-            .replace("\\x", "")
-            .chars()
-            .filter(char::is_ascii_hexdigit)
-            .collect();
-        if let Some(text) = hex::decode(&digits).ok().and_then(as_text) {
-            segments += 1;
-            found.push((m.start(), text));
+    // `\x41\x42…` escapes.
+    if input.contains("\\x") {
+        if let Ok(escaped) = ESCAPED_HEX.as_ref() {
+            for m in escaped.find_iter(input).take(MAX_SEGMENTS) {
+                if m.len() > MAX_SEGMENT_BYTES {
+                    continue;
+                }
+                let digits = m.as_str().replace("\\x", "");
+                if let Some(text) = hex::decode(&digits).ok().and_then(as_text) {
+                    found.push((m.start(), text));
+                }
+            }
         }
     }
     let lower = input.get(..input.len().min(MAX_ROT13_BYTES)).unwrap_or("");
