@@ -366,7 +366,7 @@ fn decode_into(input: &str, base: usize, depth: usize, out: &mut Normalized) {
         if run.len() < 20 || run.len() > MAX_SEGMENT_BYTES {
             continue;
         }
-        let decoded = if run.len() >= 24 && run.len() % 2 == 0 && run.bytes().all(|b| b.is_ascii_hexdigit()) {
+        let decoded = if run.len() >= 24 && run.len().is_multiple_of(2) && run.bytes().all(|b| b.is_ascii_hexdigit()) {
             hex::decode(run).ok().and_then(as_text)
         } else {
             None
