@@ -123,7 +123,7 @@ def main() -> None:
     objs = objectives(datasets)
     rows = []
     for i, (source, value) in enumerate(templates(datasets)):
-        text = value.replace("{{ prompt }}", objs[i % len(objs)]).strip()
+        text = re.sub(r"\{\{\s*prompt\s*\}\}", lambda _: objs[i % len(objs)], value).strip()
         rows.append(("attack", source, text))
     steal = yaml.safe_load((datasets / "seed_datasets" / "local" / "psfuzz_steal_system.prompt").read_text())
     for seed in steal["seeds"]:
