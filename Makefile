@@ -5,7 +5,7 @@ VENV          := .venv
 ENVOY_VERSION := 1.40.0
 ENVOY_STAMP   := $(VENV)/.envoy-$(ENVOY_VERSION)
 
-.PHONY: setup test lint build bench run stop observe release check-deploy fuzz chaos soak need-run need-test need-observe stop-stack
+.PHONY: setup test lint build bench run stop observe release check-deploy fuzz chaos soak need-run need-test need-observe stop-stack eval-guard
 
 # Debian packages each target uses, as COMMAND:PACKAGE. scripts/need.sh
 # installs the missing ones with apt-get (as root, or with passwordless sudo)
@@ -80,6 +80,13 @@ release:
 ## build: debug build of the whole workspace.
 build:
 	cargo build --workspace
+
+## eval-guard: promptInjectionGuard and piiRedaction on the evaluation corpus
+## (agents/testdata/guard-eval): detection, false positives, per family and
+## per PII type. EVAL_ARGS="--split all --verbose" lists misses too.
+EVAL_ARGS ?= --split test
+eval-guard:
+	cargo run -q -p policy-agents --example eval_guard -- $(EVAL_ARGS)
 
 ## lint: formatting and clippy, warnings are errors.
 lint:

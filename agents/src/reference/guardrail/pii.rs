@@ -3,13 +3,16 @@
 //! `pii_redacted_total`). JSON bodies keep their structure: only string
 //! values are rewritten.
 //!
-//! Types: `email`, `phone` (NANP, optionally `+CC`-prefixed), `credit_card`
+//! Types: `email`, `phone` (international `+CC`/`00CC` numbers of any
+//! region, and the national formats of the `regions` param, confirmed with
+//! libphonenumber's metadata), `credit_card`
 //! (13-19 digits, IIN 2-6, Luhn-checked), `ssn` (US, dashed, valid ranges),
 //! `iban` (mod-97 checked), `ipv4`.
 //!
 //! Streamed responses are redacted event by event, across event boundaries:
 //! see [`super::pii_stream`].
 
+use super::phone::{parse_region, PhoneRegion, DEFAULT_REGIONS};
 use super::redactor::{Counts, PiiType, Redactor};
 use crate::{
     ChunkContext, ChunkOutcome, FromParams, ParamError, Params, Phase, Phases, Policy, PolicyError, RequestContext,
@@ -22,6 +25,7 @@ pub struct PiiParams {
     request: bool,
     response: bool,
     types: Vec<PiiType>,
+    regions: Vec<PhoneRegion>,
 }
 
 impl FromParams for PiiParams {
@@ -49,10 +53,23 @@ impl FromParams for PiiParams {
             // Keep the application order of PiiType::ALL.
             PiiType::ALL.into_iter().filter(|t| types.contains(t)).collect()
         };
+        let codes = p.list("regions")?;
+        let regions = if codes.is_empty() {
+            DEFAULT_REGIONS.to_vec()
+        } else {
+            let mut regions = Vec::new();
+            for c in &codes {
+                regions.push(parse_region(c).ok_or_else(|| {
+                    ParamError::invalid("regions", c, "expected ISO 3166 region codes such as US, GB, DE, FR")
+                })?);
+            }
+            regions
+        };
         Ok(PiiParams {
             request,
             response,
             types,
+            regions,
         })
     }
 }
@@ -66,6 +83,11 @@ impl PiiParams {
     /// The types to redact, in application order.
     pub(crate) fn types(&self) -> &[PiiType] {
         &self.types
+    }
+
+    /// The regions whose national phone formats are recognised.
+    pub(crate) fn regions(&self) -> &[PhoneRegion] {
+        &self.regions
     }
 }
 
@@ -94,7 +116,7 @@ fn redact(
         return Err(PolicyError::new(format!("cannot inspect a {enc}-encoded body")));
     }
     let mut counts = Counts::new();
-    let Some(new) = Redactor::shared()?.redact_body(body, &params.types, &mut counts) else {
+    let Some(new) = Redactor::shared()?.redact_body(body, &params.types, &params.regions, &mut counts) else {
         return Ok(None);
     };
     let total: usize = counts.iter().map(|(_, n)| n).sum();
@@ -118,7 +140,7 @@ impl Policy for PiiRedaction {
     }
 
     fn param_schema(&self) -> &[&str] {
-        &["phases", "types"]
+        &["phases", "types", "regions"]
     }
 
     fn phases(&self) -> Phases {

@@ -94,7 +94,7 @@ mod tests {
             let mut counts = crate::reference::guardrail::Counts::new();
             let redactor = crate::reference::guardrail::Redactor::shared().unwrap();
             let all = crate::reference::guardrail::PiiType::ALL;
-            let out = redactor.redact_body(doc.as_bytes(), &all, &mut counts).expect("the e-mail is found");
+            let out = redactor.redact_body(doc.as_bytes(), &all, &crate::reference::guardrail::DEFAULT_REGIONS, &mut counts).expect("the e-mail is found");
             let parsed: serde_json::Value = serde_json::from_str(&out).expect("valid JSON");
             let original: serde_json::Value = serde_json::from_str(&doc).unwrap();
             let keys = |v: &serde_json::Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();

@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::pii::PiiParams;
-use super::redactor::{Counts, PiiType, Redactor};
+use super::redactor::{Counts, Redactor};
 use crate::stream::sse;
 use crate::{ChunkContext, ChunkOutcome, Framing, PolicyError};
 
@@ -81,9 +81,9 @@ pub(crate) fn hold_from(text: &str) -> usize {
 }
 
 impl State {
-    fn redact(&mut self, text: &str, types: &[PiiType]) -> Result<String, PolicyError> {
+    fn redact(&mut self, text: &str, p: &PiiParams) -> Result<String, PolicyError> {
         let mut counts = Counts::new();
-        let out = Redactor::shared()?.redact_text(text, types, &mut counts);
+        let out = Redactor::shared()?.redact_text(text, p.types(), p.regions(), &mut counts);
         for (t, n) in counts {
             *self.counts.entry(t.as_str().to_string()).or_default() += n;
         }
@@ -92,7 +92,7 @@ impl State {
 
     /// `fragment` after the held text of `key`: what goes out now (redacted);
     /// the rest is held, unless `flush`.
-    fn step(&mut self, key: &str, fragment: &str, flush: bool, types: &[PiiType]) -> Result<String, PolicyError> {
+    fn step(&mut self, key: &str, fragment: &str, flush: bool, p: &PiiParams) -> Result<String, PolicyError> {
         let mut text = self.tails.remove(key).unwrap_or_default();
         text.push_str(fragment);
         let cut = if flush { text.len() } else { hold_from(&text) };
@@ -100,7 +100,7 @@ impl State {
         if !held.is_empty() {
             self.tails.insert(key.to_string(), held);
         }
-        self.redact(&text, types)
+        self.redact(&text, p)
     }
 
     fn metadata(&self, mut out: ChunkOutcome) -> ChunkOutcome {
@@ -115,13 +115,13 @@ impl State {
 }
 
 /// One event of an SSE stream: the events to send in its place.
-fn sse_event(st: &mut State, ev: &Bytes, types: &[PiiType], out: &mut Vec<Bytes>) -> Result<bool, PolicyError> {
+fn sse_event(st: &mut State, ev: &Bytes, p: &PiiParams, out: &mut Vec<Bytes>) -> Result<bool, PolicyError> {
     let Some(data) = sse::data(ev) else {
         out.push(ev.clone());
         return Ok(false);
     };
     if data.trim() == "[DONE]" {
-        let flushed = flush_all(st, types)?;
+        let flushed = flush_all(st, p)?;
         let changed = !flushed.is_empty();
         out.extend(flushed);
         out.push(ev.clone());
@@ -146,7 +146,7 @@ fn sse_event(st: &mut State, ev: &Bytes, types: &[PiiType], out: &mut Vec<Bytes>
                 continue;
             }
             let fragment = content.clone().unwrap_or_default();
-            let new = st.step(&key, &fragment, finished, types)?;
+            let new = st.step(&key, &fragment, finished, p)?;
             if content.as_deref() != Some(new.as_str()) {
                 if let Some(delta) = choice.get_mut("delta").and_then(Value::as_object_mut) {
                     delta.insert("content".into(), Value::String(new));
@@ -172,7 +172,7 @@ fn sse_event(st: &mut State, ev: &Bytes, types: &[PiiType], out: &mut Vec<Bytes>
                 .and_then(Value::as_str)
                 .unwrap_or_default()
                 .to_string();
-            let new = st.step(&key, &fragment, false, types)?;
+            let new = st.step(&key, &fragment, false, p)?;
             if new != fragment {
                 if let Some(delta) = doc.get_mut("delta").and_then(Value::as_object_mut) {
                     delta.insert("text".into(), Value::String(new));
@@ -186,7 +186,7 @@ fn sse_event(st: &mut State, ev: &Bytes, types: &[PiiType], out: &mut Vec<Bytes>
                 vec![key]
             };
             for k in keys {
-                let rest = st.step(&k, "", true, types)?;
+                let rest = st.step(&k, "", true, p)?;
                 if !rest.is_empty() {
                     before.push(anthropic_delta(&k, &rest));
                 }
@@ -212,11 +212,11 @@ fn anthropic_delta(key: &str, text: &str) -> Bytes {
 }
 
 /// Events that carry every held text out.
-fn flush_all(st: &mut State, types: &[PiiType]) -> Result<Vec<Bytes>, PolicyError> {
+fn flush_all(st: &mut State, p: &PiiParams) -> Result<Vec<Bytes>, PolicyError> {
     let keys: Vec<String> = st.tails.keys().cloned().collect();
     let mut out = Vec::new();
     for key in keys {
-        let text = st.step(&key, "", true, types)?;
+        let text = st.step(&key, "", true, p)?;
         if text.is_empty() {
             continue;
         }
@@ -238,7 +238,7 @@ fn flush_all(st: &mut State, types: &[PiiType]) -> Result<Vec<Bytes>, PolicyErro
 }
 
 /// A raw piece of a text body: what goes out now.
-fn raw_text(st: &mut State, chunk: &[u8], eos: bool, types: &[PiiType]) -> Result<Bytes, PolicyError> {
+fn raw_text(st: &mut State, chunk: &[u8], eos: bool, p: &PiiParams) -> Result<Bytes, PolicyError> {
     let mut bytes = std::mem::take(&mut st.raw);
     bytes.extend_from_slice(chunk);
     let valid = match std::str::from_utf8(&bytes) {
@@ -248,7 +248,7 @@ fn raw_text(st: &mut State, chunk: &[u8], eos: bool, types: &[PiiType]) -> Resul
     };
     st.raw = bytes.split_off(valid);
     let text = String::from_utf8(bytes).map_err(|_| PolicyError::new("the streamed text body is not valid UTF-8"))?;
-    Ok(Bytes::from(st.step("t", &text, eos, types)?))
+    Ok(Bytes::from(st.step("t", &text, eos, p)?))
 }
 
 /// Runs `piiRedaction` on one call of a streamed response.
@@ -268,16 +268,15 @@ pub(crate) fn on_chunk(params: &PiiParams, ctx: &ChunkContext<'_>) -> Result<Chu
     } else {
         serde_json::from_slice(ctx.state).map_err(|e| PolicyError::new(format!("unreadable stream state: {e}")))?
     };
-    let types = params.types();
     let mut out = Vec::with_capacity(ctx.events.len());
     let mut changed = false;
     match ctx.framing {
         Framing::SseEvent => {
             for ev in ctx.events {
-                changed |= sse_event(&mut st, ev, types, &mut out)?;
+                changed |= sse_event(&mut st, ev, params, &mut out)?;
             }
             if ctx.end_of_stream {
-                let rest = flush_all(&mut st, types)?;
+                let rest = flush_all(&mut st, params)?;
                 changed |= !rest.is_empty();
                 out.extend(rest);
             }
@@ -293,10 +292,10 @@ pub(crate) fn on_chunk(params: &PiiParams, ctx: &ChunkContext<'_>) -> Result<Chu
             if text {
                 for (i, ev) in ctx.events.iter().enumerate() {
                     let last = ctx.end_of_stream && i + 1 == ctx.events.len();
-                    out.push(raw_text(&mut st, ev, last, types)?);
+                    out.push(raw_text(&mut st, ev, last, params)?);
                 }
                 if ctx.end_of_stream && ctx.events.is_empty() {
-                    out.push(raw_text(&mut st, b"", true, types)?);
+                    out.push(raw_text(&mut st, b"", true, params)?);
                 }
             } else {
                 for ev in ctx.events {
@@ -310,7 +309,7 @@ pub(crate) fn on_chunk(params: &PiiParams, ctx: &ChunkContext<'_>) -> Result<Chu
                 if ctx.end_of_stream {
                     let body = std::mem::take(&mut st.raw);
                     let mut counts = Counts::new();
-                    let new = Redactor::shared()?.redact_body(&body, types, &mut counts);
+                    let new = Redactor::shared()?.redact_body(&body, params.types(), params.regions(), &mut counts);
                     for (t, n) in counts {
                         *st.counts.entry(t.as_str().to_string()).or_default() += n;
                     }

@@ -1,11 +1,13 @@
 //! PII detectors: one regex per type, with checks that weed out false
-//! positives (Luhn for cards, mod 97 for IBANs, SSA ranges for SSNs), and the
+//! positives (Luhn for cards, mod 97 for IBANs, SSA ranges for SSNs,
+//! libphonenumber metadata for phone numbers: see [`phone`]), and the
 //! [`Redactor`] applying them to text or to the string values of JSON.
 
 use std::sync::LazyLock;
 
 use regex::Regex;
 
+use super::phone::{self, PhoneRegion};
 use super::pii_json::redact_strings;
 use crate::PolicyError;
 
@@ -57,28 +59,46 @@ impl PiiType {
     fn pattern(self) -> &'static str {
         match self {
             PiiType::Email => r"(?i)\b[a-z0-9._%+-]+@[a-z0-9-]+(?:\.[a-z0-9-]+)*\.[a-z]{2,}\b",
-            PiiType::CreditCard => r"\b(?:\d{4}[ -]){3}\d{4}\b|\b\d{4}[ -]\d{6}[ -]\d{5}\b|\b\d{13,19}\b",
+            PiiType::CreditCard => r"\b(?:\d{4}[ -]){3}\d{4}\b|\b\d{4}[ -]\d{6}[ -]\d{5}\b|\b\d{12,19}\b",
             PiiType::Iban => r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b",
             PiiType::Ssn => r"\b\d{3}-\d{2}-\d{4}\b",
             PiiType::Ipv4 => r"\b(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\b",
-            PiiType::Phone => r"(?:\+\d{1,3}[ .-]?)?(?:\(\d{3}\) ?|\b\d{3}[ .-]?)\d{3}[ .-]?\d{4}\b",
+            PiiType::Phone => phone::CANDIDATE,
         }
     }
 
-    fn accepts(self, m: &str) -> bool {
-        match self {
+    /// How much of the match `m` (at `start` in `text`) is this type's
+    /// data, if any.
+    fn accepts(self, text: &str, start: usize, m: &str, regions: &[PhoneRegion]) -> Option<usize> {
+        let ok = match self {
             PiiType::CreditCard => card_ok(m),
             PiiType::Iban => iban_ok(m),
             PiiType::Ssn => ssn_ok(m),
+            PiiType::Phone => return phone::confirm(text, start, m, regions),
             _ => true,
-        }
+        };
+        ok.then_some(m.len())
     }
 }
 
-/// Luhn check over the digits of `m` (13-19 digits, first digit 2-6).
+/// Luhn check over the digits of `m`: 13-19 digits with a first digit of
+/// 2-6, or the issuers with other lengths: Maestro (12 digits, 50 or
+/// 56-69) and JCB's 15-digit 1800 and 2131 ranges.
 pub(crate) fn card_ok(m: &str) -> bool {
     let digits: Vec<u32> = m.chars().filter_map(|c| c.to_digit(10)).collect();
-    if !(13..=19).contains(&digits.len()) || !(2..=6).contains(&digits[0]) {
+    let prefix = |p: &str| {
+        m.chars()
+            .filter(char::is_ascii_digit)
+            .collect::<String>()
+            .starts_with(p)
+    };
+    let issuer = match digits.len() {
+        12 => prefix("50") || (56..=69).contains(&(digits[0] * 10 + digits[1])),
+        15 if prefix("1800") || prefix("2131") => true,
+        13..=19 => (2..=6).contains(&digits[0]),
+        _ => false,
+    };
+    if !issuer {
         return false;
     }
     let sum: u32 = digits
@@ -136,6 +156,7 @@ pub struct Redactor {
 }
 
 static REDACTOR: LazyLock<Result<Redactor, regex::Error>> = LazyLock::new(|| {
+    phone::warm()?;
     let detectors = PiiType::ALL
         .into_iter()
         .map(|t| Regex::new(t.pattern()).map(|r| (t, r)))
@@ -154,24 +175,36 @@ impl Redactor {
             .map_err(|e| PolicyError::new(format!("PII patterns do not compile: {e}")))
     }
 
-    /// Redacts `types` in plain text; `None` when nothing matched.
-    pub fn redact_text(&self, text: &str, types: &[PiiType], counts: &mut Counts) -> Option<String> {
+    /// Redacts `types` in plain text (phone numbers in the national
+    /// formats of `regions`, and international ones); `None` when nothing
+    /// matched.
+    pub fn redact_text(
+        &self,
+        text: &str,
+        types: &[PiiType],
+        regions: &[PhoneRegion],
+        counts: &mut Counts,
+    ) -> Option<String> {
         let mut current: Option<String> = None;
         for (t, re) in self.detectors.iter().filter(|(t, _)| types.contains(t)) {
             let input = current.as_deref().unwrap_or(text);
             let mut n = 0;
-            let replaced = re.replace_all(input, |caps: &regex::Captures<'_>| {
-                let m = &caps[0];
-                if t.accepts(m) {
-                    n += 1;
-                    format!("[REDACTED:{}]", t.as_str())
-                } else {
-                    m.to_string()
-                }
-            });
+            let mut out = String::new();
+            let mut copied = 0;
+            for m in re.find_iter(input) {
+                let Some(len) = t.accepts(input, m.start(), m.as_str(), regions) else {
+                    continue;
+                };
+                out.push_str(&input[copied..m.start()]);
+                out.push_str("[REDACTED:");
+                out.push_str(t.as_str());
+                out.push(']');
+                copied = m.start() + len;
+                n += 1;
+            }
             if n > 0 {
-                let owned = replaced.into_owned();
-                current = Some(owned);
+                out.push_str(&input[copied..]);
+                current = Some(out);
                 match counts.iter_mut().find(|(ct, _)| *ct == *t) {
                     Some((_, c)) => *c += n,
                     None => counts.push((*t, n)),
@@ -183,12 +216,18 @@ impl Redactor {
 
     /// Redacts a body: string values of a JSON document, or the whole text.
     /// `None` when nothing changed (or the body is neither JSON nor UTF-8).
-    pub fn redact_body(&self, body: &[u8], types: &[PiiType], counts: &mut Counts) -> Option<String> {
+    pub fn redact_body(
+        &self,
+        body: &[u8],
+        types: &[PiiType],
+        regions: &[PhoneRegion],
+        counts: &mut Counts,
+    ) -> Option<String> {
         let text = std::str::from_utf8(body).ok()?;
         if serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok() {
-            redact_strings(text, |s| self.redact_text(s, types, counts))
+            redact_strings(text, |s| self.redact_text(s, types, regions, counts))
         } else {
-            self.redact_text(text, types, counts)
+            self.redact_text(text, types, regions, counts)
         }
     }
 }
