@@ -204,6 +204,7 @@ async fn mcp_sessions_through_envoy_are_governed() {
     let port_file = dir.join("mcp.port");
     let mut cmd = Command::new(python());
     cmd.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/server.py"))
+        .arg("--port-file")
         .arg(&port_file);
     let _server = Proc::spawn("mcp-server", &mut cmd, &dir.join("mcp-server.log"));
     let deadline = Instant::now() + Duration::from_secs(30);

@@ -2,14 +2,16 @@
 tool-agent end-to-end test. Its tools touch nothing: each answers with what
 it was asked, so the test sees which calls reached it.
 
-Usage: server.py PORT_FILE [--json]
-Binds 127.0.0.1 on a port of its own choosing, writes the port to PORT_FILE,
-serves `/mcp` until killed. With --json, replies are application/json;
-otherwise text/event-stream.
+Usage: server.py (--port-file FILE | --port N) [--json]
+Binds 127.0.0.1: with --port-file on a port of its own choosing, written to
+FILE (tests); with --port on N (the `make run` demo). Serves `/mcp` until
+killed. With --json, replies are application/json; otherwise
+text/event-stream (to the initialize handshake; 2026-07-28 clients get JSON).
 """
 
+import argparse
+import os
 import socket
-import sys
 
 import uvicorn
 from mcp.server.mcpserver import MCPServer
@@ -43,8 +45,13 @@ def search(q: str, count: int) -> str:
 
 
 def main() -> None:
-    port_file = sys.argv[1]
-    json_response = "--json" in sys.argv[2:]
+    parser = argparse.ArgumentParser()
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--port-file")
+    where.add_argument("--port", type=int)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    json_response = args.json
     app = server.streamable_http_app(
         json_response=json_response,
         stateless_http=True,
@@ -52,13 +59,12 @@ def main() -> None:
     )
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    sock.bind(("127.0.0.1", args.port or 0))
     sock.listen(64)
-    with open(port_file + ".tmp", "w") as f:
-        f.write(str(sock.getsockname()[1]))
-    import os
-
-    os.replace(port_file + ".tmp", port_file)
+    if args.port_file:
+        with open(args.port_file + ".tmp", "w") as f:
+            f.write(str(sock.getsockname()[1]))
+        os.replace(args.port_file + ".tmp", args.port_file)
     config = uvicorn.Config(app, log_level="warning")
     uvicorn.Server(config).run(sockets=[sock])
 
