@@ -6,9 +6,11 @@
 //! re-read when the file changes) and, with `learn` (default true), from
 //! the `inputSchema` of the tools in `tools/list` replies that pass through
 //! the policy's response phase (put the policy in the route's response chain
-//! too). Learned schemas are kept per MCP endpoint (authority + path), at
+//! too). Learned schemas are kept per MCP endpoint (the request path), at
 //! most [`MAX_LEARNED`], the oldest dropped first; a schema that does not
 //! compile is not learned (logged). The file wins over what was learned.
+//! A tool whose schema was not learned yet (or was dropped) is unknown: to
+//! enforce, use `schemas_file` or `unknown_tools: deny`.
 //!
 //! A call whose arguments do not match is answered HTTP 200 with JSON-RPC
 //! error -32602 (invalid params), whose `data` holds the `instancePath` and
@@ -123,9 +125,12 @@ fn load_file(path: &Path) -> Result<HashMap<String, Arc<Validator>>, String> {
     Ok(out)
 }
 
-/// The endpoint a schema was learned from.
-fn scope(ctx_authority: &str, path: &str) -> String {
-    format!("{ctx_authority}{}", path.split('?').next().unwrap_or(path))
+/// The endpoint a schema was learned from: the path without query or
+/// trailing slash. Not the Host header, which the client chooses freely.
+fn scope(path: &str) -> String {
+    let path = path.split(['?', '#']).next().unwrap_or(path);
+    let trimmed = path.trim_end_matches('/');
+    if trimmed.is_empty() { "/" } else { trimmed }.to_string()
 }
 
 impl ToolSchemaValidation {
@@ -299,7 +304,7 @@ impl Policy for ToolSchemaValidation {
                 .set_metadata("mcp.decision", "deny")
                 .set_metadata("mcp.rule", "invalid_jsonrpc")),
             Incoming::Messages(env) => {
-                let scope = scope(ctx.request.authority(), ctx.request.path());
+                let scope = scope(ctx.request.path());
                 Ok(self.validate(&cfg, file.as_ref(), &scope, &env))
             }
         }
@@ -325,7 +330,7 @@ impl Policy for ToolSchemaValidation {
         {
             return Ok(ResponseOutcome::proceed());
         }
-        let scope = scope(ctx.request.authority(), ctx.request.path());
+        let scope = scope(ctx.request.path());
         let mut n = 0;
         if let Err(e) = reply::each(body, format, &mut |msg| n += self.learn(&scope, msg)) {
             tracing::warn!(endpoint = scope, error = %e, "reply not read for schemas");

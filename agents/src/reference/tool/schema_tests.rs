@@ -132,3 +132,12 @@ async fn bad_schema_files_fail_closed() {
         .await;
     assert!(neither.is_err());
 }
+
+#[test]
+fn endpoints_are_paths_without_query_or_trailing_slash() {
+    assert_eq!(scope("/mcp"), "/mcp");
+    assert_eq!(scope("/mcp/?session=1"), "/mcp");
+    assert_eq!(scope("/mcp#x"), "/mcp");
+    assert_eq!(scope("/"), "/");
+    assert_eq!(scope(""), "/");
+}
