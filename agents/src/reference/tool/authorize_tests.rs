@@ -164,6 +164,19 @@ async fn headers_must_agree_with_the_body() {
     assert_eq!(out.denial().map(|d| d.status), Some(400));
     let out = call_.request(&policy, &req("tools/call", "delete_file")).await.unwrap();
     assert_eq!(out.denial().map(|d| d.status), Some(403));
+    // Names that are not printable ASCII come base64-wrapped, as the SDK sends them.
+    let wrapped = TestRequest::new("POST", "/mcp")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "=?base64?cmVhZF9maWxl?=")
+        .body(call(1, "read_file"));
+    assert!(call_.request(&policy, &wrapped).await.unwrap().denial().is_none());
+    let bad = TestRequest::new("POST", "/mcp")
+        .header("mcp-name", "=?base64?!!?=")
+        .body(call(1, "read_file"));
+    assert_eq!(
+        call_.request(&policy, &bad).await.unwrap().denial().map(|d| d.status),
+        Some(400)
+    );
     // GET (the event stream) and DELETE carry no message.
     let get = call_.request(&policy, &TestRequest::new("GET", "/mcp")).await.unwrap();
     assert!(get.denial().is_none());

@@ -124,6 +124,20 @@ pub enum Incoming {
     Bad(Deny),
 }
 
+/// The value of an MCP routing header: as sent, or decoded from the SDK's
+/// `=?base64?...?=` form (names that are not printable ASCII); `None` when
+/// that form does not decode to UTF-8.
+pub fn routing_header(raw: &str) -> Option<String> {
+    use base64::Engine;
+    match raw.strip_prefix("=?base64?").and_then(|r| r.strip_suffix("?=")) {
+        Some(payload) => base64::engine::general_purpose::STANDARD
+            .decode(payload)
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok()),
+        None => Some(raw.to_string()),
+    }
+}
+
 /// Reads the JSON-RPC messages of a request. The `mcp-method` and
 /// `mcp-name` headers (MCP 2026-07-28) must agree with a single message's
 /// method and target: a header that disagrees could hide another call.
@@ -156,13 +170,13 @@ pub fn incoming(policy: &str, ctx: &RequestContext<'_>) -> Result<Incoming, Poli
     };
     if let Some(h) = ctx.request.header("mcp-method") {
         match env.messages.as_slice() {
-            [m] if m.method.as_deref() == Some(h.trim()) => {}
+            [m] if m.method.is_some() && m.method == routing_header(h) => {}
             _ => return Ok(mismatch("mcp-method")),
         }
     }
     if let Some(h) = ctx.request.header("mcp-name") {
         match env.messages.as_slice() {
-            [m] if matches!(m.target(), Ok(Some(t)) if t == h.trim()) => {}
+            [m] if matches!((m.target(), routing_header(h)), (Ok(Some(t)), Some(v)) if t == v) => {}
             _ => return Ok(mismatch("mcp-name")),
         }
     }
