@@ -248,11 +248,14 @@ async fn mcp_sessions_through_envoy_are_governed() {
     for n in ["auth", "tool", "ratelimit", "guardrail"] {
         wait_socket(&sock(n), Duration::from_secs(20));
     }
+    // Health checks may wait up to a second: on a busy 2-core machine (debug
+    // builds, parallel compiles) a 100 ms check can miss and turn a request
+    // into the kernel's 503.
     let agents: String = ["auth", "tool", "ratelimit", "guardrail"]
         .iter()
         .map(|n| {
             format!(
-                "    - name: {n}-agent\n      socket_path: {}\n      health_check_interval_ms: 100\n",
+                "    - name: {n}-agent\n      socket_path: {}\n      health_check_interval_ms: 100\n      health_check_timeout_ms: 1000\n",
                 sock(n).display()
             )
         })
@@ -398,7 +401,8 @@ async fn mcp_sessions_through_envoy_are_governed() {
     assert_eq!(r.status, 400, "{}", r.body);
     assert_eq!(serde_json::from_str::<Value>(&r.body).unwrap()["error"]["code"], -32600);
     let deep = format!("{}{}", "[".repeat(50_000), "]".repeat(50_000));
-    assert_eq!(send(&c, "POST", &url("mcp"), &h, Some(&deep)).await.status, 400);
+    let r = send(&c, "POST", &url("mcp"), &h, Some(&deep)).await;
+    assert_eq!(r.status, 400, "{}\n{}", r.body, diag());
 
     // Decisions reach Envoy's access log as dynamic metadata.
     tokio::time::sleep(Duration::from_millis(400)).await;
