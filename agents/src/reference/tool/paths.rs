@@ -223,4 +223,17 @@ mod tests {
         assert_eq!(check_command(&[], &a), Err(ArgViolation::EmptyCommand));
         assert_eq!(check_command(&["gitx"], &a), Err(ArgViolation::CommandNotAllowed));
     }
+
+    proptest::proptest! {
+        /// An accepted path, normalised, is under the allowed prefix and has no `..`.
+        #[test]
+        fn accepted_paths_stay_under_the_prefix(raw in "(/|//|\\.\\./|\\./|srv/|data/|%2e|x/|\\\\){0,10}") {
+            let allowed = ["/srv/data".to_string()];
+            if check_path(&raw, &allowed).is_ok() {
+                let n = normalise(&raw).unwrap();
+                proptest::prop_assert!(within(&n, "/srv/data"), "{raw:?} -> {n:?}");
+                proptest::prop_assert!(!n.split('/').any(|s| s == ".."));
+            }
+        }
+    }
 }

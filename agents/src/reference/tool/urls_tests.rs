@@ -136,3 +136,31 @@ fn numeric_hosts_decode_like_whatwg() {
         assert_eq!(url.host(), Some(Host::Ipv4(ours)), "{host}");
     }
 }
+
+proptest::proptest! {
+    /// Whatever the string, an accepted URL is http(s), on an allowed port,
+    /// and its host is not a blocked address, by the url crate's reading.
+    #[test]
+    fn accepted_urls_hold_the_ssrf_rules(
+        scheme in "(http|https|ftp|file|HTTP)",
+        host in "([0-9]{1,10}|0x[0-9a-f]{1,8}|[0-9]{1,3}(\\.[0-9]{1,3}){1,3}|\\[[0-9a-f:.]{2,30}\\]|[a-z]{1,8}(\\.[a-z]{1,5})?|localhost)",
+        port in proptest::option::of(0u32..70000),
+        path in "(/[a-z.%0-9]{0,6}){0,3}",
+    ) {
+        let raw = match port {
+            Some(p) => format!("{scheme}://{host}:{p}{path}"),
+            None => format!("{scheme}://{host}{path}"),
+        };
+        if check_url(&raw, &[], &[]).is_ok() {
+            let url = Url::parse(&raw).unwrap();
+            proptest::prop_assert!(matches!(url.scheme(), "http" | "https"));
+            proptest::prop_assert!(DEFAULT_PORTS.contains(&url.port_or_known_default().unwrap()));
+            match url.host() {
+                Some(Host::Ipv4(ip)) => proptest::prop_assert!(!blocked_ip(ip.into()), "{raw}"),
+                Some(Host::Ipv6(ip)) => proptest::prop_assert!(!blocked_ip(ip.into()), "{raw}"),
+                Some(Host::Domain(d)) => proptest::prop_assert!(!d.contains("localhost"), "{raw}"),
+                None => proptest::prop_assert!(false, "no host: {raw}"),
+            }
+        }
+    }
+}
