@@ -228,7 +228,7 @@ pub fn guard(cfg: &GuardConfig, env: &Envelope) -> RequestOutcome {
         Some(r) => {
             let rule = format!(
                 "argument:{}:{}",
-                r.data["argument"].as_str().unwrap_or("-"),
+                super::metadata_text(r.data["argument"].as_str().unwrap_or("-")),
                 r.data["rule"].as_str().unwrap_or("-")
             );
             RequestOutcome::denied_with(deny::render(cfg.denial, false, env, &refusals, "argument_refused"))

@@ -114,7 +114,7 @@ pub fn authorize(cfg: &AuthzConfig, caller: &Caller, env: &Envelope) -> RequestO
     }
     let (method, tool) = match env.messages.as_slice() {
         [m] if !env.batch => (
-            m.method.clone().unwrap_or_else(|| "response".into()),
+            super::metadata_text(m.method.as_deref().unwrap_or("response")),
             m.target().ok().flatten().unwrap_or("-").to_string(),
         ),
         _ => (
@@ -134,7 +134,7 @@ pub fn authorize(cfg: &AuthzConfig, caller: &Caller, env: &Envelope) -> RequestO
     };
     let out = out
         .set_metadata("mcp.method", method)
-        .set_metadata("mcp.tool", tool)
+        .set_metadata("mcp.tool", super::metadata_text(&tool))
         .set_metadata("mcp.decision", decision)
         .set_metadata("mcp.rule", rule);
     if env.batch {

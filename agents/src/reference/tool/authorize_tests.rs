@@ -214,3 +214,17 @@ async fn missing_body_is_a_failure_not_a_pass() {
         .await;
     assert!(r.is_err());
 }
+
+#[tokio::test]
+async fn names_in_metadata_are_made_safe() {
+    let evil = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": format!("x\r\nset-cookie: a{}", "y".repeat(1000))}})
+    .to_string();
+    let out = run(&[("rules", RULES)], "reader", &evil).await;
+    let tool = out.metadata_value("mcp.tool").unwrap();
+    assert!(
+        tool.starts_with("x??set-cookie") && tool.chars().count() == 128,
+        "{tool}"
+    );
+    assert_eq!(out.denial().map(|d| d.status), Some(403));
+}

@@ -32,6 +32,16 @@ pub mod rules;
 mod schema;
 pub mod urls;
 
+/// A name from a request body as a metadata value: control characters
+/// replaced by `?` (the kernel refuses CR, LF and NUL in values, which would
+/// fail the call instead of recording the decision), at most 128 characters.
+pub(crate) fn metadata_text(name: &str) -> String {
+    name.chars()
+        .take(128)
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
+}
+
 pub use args::{check_call, GuardConfig, ToolArgumentGuard, Violation};
 pub use authorize::{authorize, AuthzConfig, McpToolAuthorization, ALWAYS_ALLOWED};
 pub use deny::{Refusal, Style, INSUFFICIENT_SCOPE};
