@@ -35,9 +35,10 @@ export PE_ENVOY      := $(RUN)/bin/envoy
 export PE_PYTHON     := python3
 export DEMO_JWT_SECRET ?= demo-secret-change-me
 
-## run: build, install Envoy and supervisor if missing, start agents + kernel +
-## Envoy + demo upstream under supervisord, and show a few requests.
-run: need-run setup $(SUPERVISOR_STAMP) release stop-stack
+## run: build, install Envoy, supervisor and the tests' Python packages (the MCP
+## SDK) if missing, start agents + kernel + Envoy + demo upstream + demo MCP
+## server under supervisord, and show a few requests.
+run: need-run setup $(SUPERVISOR_STAMP) $(VENV)/.test-requirements release stop-stack
 	mkdir -p $(RUN)/sockets $(RUN)/logs $(RUN)/audit $(RUN)/bin
 	ln -sf "$$(ls -d $(CURDIR)/$(VENV)/lib/python3*/site-packages/envoy/_bin/envoy | head -n1)" $(RUN)/bin/envoy
 	cp deploy/demo-api-keys.txt $(RUN)/api-keys.txt

@@ -104,6 +104,43 @@ check "JWT with the admin role: allowed (and journaled)" 200 '' -- -H "Authoriza
 check "JWT without the admin role: forbidden by roleCheck" 403 '' -- -H "Authorization: Bearer $(token viewer)" "$ENVOY/api/v1/admin/stats"
 check "No route policies: passes straight through" 200 '"path": "/public"' -- "$ENVOY/public"
 
+# mcp NAME ROLE GREP_PATTERN STEPS_JSON: one real MCP client session (the
+# official Python SDK, tests/mcp/client.py) through Envoy to the demo MCP
+# server, with a JWT holding ROLE; prints what each step got.
+mcp() {
+  local name=$1 role=$2 pattern=$3 steps=$4 out
+  printf '\n# %s\n$ .venv/bin/python tests/mcp/client.py %s/mcp auto <JWT role %s> %q\n' "$name" "$ENVOY" "$role" "$steps"
+  out=$(.venv/bin/python tests/mcp/client.py "$ENVOY/mcp" auto "{\"authorization\": \"Bearer $(token "$role")\"}" "$steps" 2>&1)
+  printf '%s\n' "$(printf '%s' "$out" | head -c 400)"
+  if ! printf '%s' "$out" | grep -qE -- "$pattern"; then
+    echo "   UNEXPECTED: wanted /$pattern/"
+    fail=1
+  fi
+}
+wait_for_mcp() {
+  for _ in $(seq 1 100); do
+    curl -s -o /dev/null -X POST http://127.0.0.1:8090/mcp 2>/dev/null && return 0
+    sleep 0.2
+  done
+  echo "FAILED: the demo MCP server did not come up; see $RUN/logs/mcp-server.log" >&2
+  exit 1
+}
+wait_for_mcp
+mcp "MCP tools/list as a reader: filtered by mcpToolFilter (no delete_file)" reader \
+  '^\{"tools": \["fetch", "read_file", "search"\]' '[["list"]]'
+mcp "MCP tools/list as an admin: every tool" admin \
+  '"delete_file", "fetch", "read_file", "search"' '[["list"]]'
+mcp "MCP call a reader may make: allowed" reader \
+  '"result": "read /srv/data/report.txt"' '[["call", "read_file", {"path": "/srv/data/report.txt"}]]'
+mcp "MCP call a reader may not make: denied by mcpToolAuthorization (403)" reader \
+  '"rule": "default_deny".*"status": 403' '[["call", "delete_file", {"path": "/srv/data/report.txt"}]]'
+mcp "MCP path traversal: blocked by toolArgumentGuard" reader \
+  '"rule": "path_not_allowed".*"status": 403' '[["call", "read_file", {"path": "/srv/data/../../etc/passwd"}]]'
+mcp "MCP SSRF URL (cloud metadata address): blocked by toolArgumentGuard" reader \
+  '"rule": "private_address".*"status": 403' '[["call", "fetch", {"url": "http://169.254.169.254/latest/meta-data/"}]]'
+mcp "MCP arguments against the tool's schema: -32602" reader \
+  '"code": -32602' '[["list"], ["call", "search", {"q": "x", "count": "many"}]]'
+
 printf '\nLogs: %s/logs/   Metrics: http://127.0.0.1:9090/metrics   Stop: make stop\n' "$RUN"
 if [ "$fail" != 0 ]; then
   echo "Some outcomes were not the expected ones." >&2

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Coverage-guided fuzzing of the four targets, in parallel, for
+# Coverage-guided fuzzing of the six targets, in parallel, for
 # FUZZ_SECONDS each (default 1800). Prints executions, corpus size and
 # crashes per target; crash inputs land in fuzz/artifacts/<target>/.
 # Usage: bash fuzz/run.sh [SECONDS]
@@ -12,14 +12,18 @@ cargo fuzz build -O || exit 1
 cargo run --quiet --release --bin make_seeds
 mkdir -p corpus/config_loader logs
 cp ../config/*.yaml corpus/config_loader/
+# JSON-RPC bodies and argument strings of the tool agent's tests.
+mkdir -p corpus/mcp_jsonrpc corpus/tool_args
+cp seeds/mcp_jsonrpc/* corpus/mcp_jsonrpc/
+cp seeds/tool_args/* corpus/tool_args/
 # Every crash input ever fixed is replayed first (fuzz/regressions/<target>/).
-for t in config_loader reply_to_mutation stream sse_framer; do
+for t in config_loader reply_to_mutation stream sse_framer mcp_jsonrpc tool_args; do
   if [ -d "regressions/$t" ]; then
     cargo fuzz run -O "$t" "regressions/$t" -- -runs=0 > "logs/$t.regressions.log" 2>&1 \
       || { echo "regression input of $t fails again: see fuzz/logs/$t.regressions.log"; exit 1; }
   fi
 done
-targets=${FUZZ_TARGETS:-"config_loader reply_to_mutation stream sse_framer"}
+targets=${FUZZ_TARGETS:-"config_loader reply_to_mutation stream sse_framer mcp_jsonrpc tool_args"}
 pids=()
 for t in $targets; do
   mkdir -p "corpus/$t" "artifacts/$t"

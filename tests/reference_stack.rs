@@ -1,6 +1,6 @@
 //! End to end with the reference agents: a real Envoy running
 //! deploy/envoy.yaml, the kernel running config/kernel-config.yaml, and the
-//! auth, rate limit and guardrail agents (their debug binaries, built by
+//! auth, rate limit, guardrail and tool agents (their debug binaries, built by
 //! `cargo test --workspace`), with only ports and socket paths moved to ones
 //! picked at run time.
 
@@ -75,6 +75,7 @@ async fn reference_agents_behind_the_deployable_configs() {
             "ratelimit-agent",
             &[format!("--socket={}", sock("ratelimit").display())],
         ),
+        spawn("tool-agent", &[format!("--socket={}", sock("tool").display())]),
         spawn(
             "guardrail-agent",
             &[
@@ -84,7 +85,7 @@ async fn reference_agents_behind_the_deployable_configs() {
             ],
         ),
     ];
-    for n in ["auth", "ratelimit", "guardrail"] {
+    for n in ["auth", "ratelimit", "guardrail", "tool"] {
         wait_socket(&sock(n), Duration::from_secs(20));
     }
 
@@ -112,7 +113,7 @@ async fn reference_agents_behind_the_deployable_configs() {
     let envoy = support::envoy::Envoy::launch(dir, &envoy_cfg, &[]);
     let listen = envoy.port;
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while http_get(metrics, "/config").1.matches("\"healthy\":true").count() < 3 {
+    while http_get(metrics, "/config").1.matches("\"healthy\":true").count() < 4 {
         assert!(
             std::time::Instant::now() < deadline,
             "agents not healthy: {}",

@@ -86,7 +86,8 @@
 //! * [`testing`]: run a policy's hooks in unit tests.
 //! * [`proto`]: the generated protocol types.
 //! * [`reference`](mod@reference) (feature `reference`, on by default): the reference
-//!   policies behind `auth-agent`, `ratelimit-agent` and `guardrail-agent`.
+//!   policies behind `auth-agent`, `ratelimit-agent`, `guardrail-agent` and
+//!   `tool-agent` (MCP tool-call governance).
 #![warn(missing_docs)]
 
 mod action;

@@ -9,6 +9,7 @@ use policy_agents::proto::{self, request_instruction::Instruction as I};
 const AUTH: &str = env!("CARGO_BIN_EXE_auth-agent");
 const RATELIMIT: &str = env!("CARGO_BIN_EXE_ratelimit-agent");
 const GUARDRAIL: &str = env!("CARGO_BIN_EXE_guardrail-agent");
+const TOOL: &str = env!("CARGO_BIN_EXE_tool-agent");
 
 async fn policy_names(agent: &Spawned) -> Vec<String> {
     let config = agent
@@ -165,6 +166,73 @@ async fn guardrail_agent_guards_and_audits() {
     let (ok, stdout, _) = run(GUARDRAIL, &["verify-audit", journal.to_str().unwrap()]);
     assert!(ok, "{stdout}");
     assert!(stdout.contains("1 lines"), "{stdout}");
+}
+
+#[tokio::test]
+async fn tool_agent_governs_mcp_calls() {
+    let agent = Spawned::start(TOOL, &[]).await;
+    assert_eq!(
+        policy_names(&agent).await,
+        [
+            "mcpToolAuthorization",
+            "mcpToolFilter",
+            "toolArgumentGuard",
+            "toolSchemaValidation"
+        ]
+    );
+    let mut client = agent.client().await;
+    let rules = r#"[{"effect":"allow","tools":["read_file"],"when":{"roles_any":["reader"]}}]"#;
+    let constraints = r#"[{"tools":["read_file"],"path_args":["path"],"allowed_paths":["/srv"]}]"#;
+    let call = |id: &str, path: &str, rules: &str| {
+        let mut c = request_call(
+            id,
+            vec![
+                policy("mcpToolAuthorization", &[("rules", rules)], ""),
+                policy("toolArgumentGuard", &[("constraints", constraints)], ""),
+            ],
+        );
+        c.policy_metadata.insert("roles".into(), "reader".into());
+        let data = c.request_data.get_or_insert_with(Default::default);
+        data.method = "POST".into();
+        data.body = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"read_file","arguments":{{"path":"{path}"}}}}}}"#
+        )
+        .into();
+        data.body_included = true;
+        c
+    };
+    let reply = client
+        .execute_policy_request(call("t1", "/srv/a", rules))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(immediate(&reply).is_none(), "{reply:?}");
+    assert_eq!(
+        reply.policy_metadata.get("mcp.rule").map(String::as_str),
+        Some("rules[0]")
+    );
+    let reply = client
+        .execute_policy_request(call("t2", "/srv/../etc/passwd", rules))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(immediate(&reply).map(|r| r.status_code), Some(403));
+    assert_eq!(
+        reply.policy_metadata.get("mcp.rule").map(String::as_str),
+        Some("argument:path:path_not_allowed")
+    );
+    // Malformed rules: the call fails closed, naming the param.
+    let reply = client
+        .execute_policy_request(call("t3", "/srv/a", "[{"))
+        .await
+        .unwrap()
+        .into_inner();
+    let denied = immediate(&reply).expect("a denial");
+    assert_eq!(denied.status_code, 500);
+    assert!(
+        String::from_utf8_lossy(&denied.body).contains("param `rules`"),
+        "{denied:?}"
+    );
 }
 
 #[test]

@@ -4,12 +4,15 @@
 //! * [`ratelimit`]: `rateLimit`, `tokenBasedRateLimit` (`ratelimit-agent`).
 //! * [`guardrail`]: `addSecurityHeaders`, `promptInjectionGuard`,
 //!   `piiRedaction`, `auditLog` (`guardrail-agent`).
+//! * [`tool`]: `mcpToolAuthorization`, `mcpToolFilter`, `toolArgumentGuard`,
+//!   `toolSchemaValidation` (`tool-agent`).
 //! * [`text`]: helpers shared by policies that read chat-completion bodies.
 
 pub mod auth;
 pub mod guardrail;
 pub mod ratelimit;
 pub mod text;
+pub mod tool;
 
 /// A JSON error body: `{"error": error, "reason": reason}`.
 pub(crate) fn error_body(error: &str, reason: &str) -> serde_json::Value {

@@ -1,0 +1,50 @@
+//! MCP tool-call governance, the policies of `tool-agent`.
+//!
+//! MCP's streamable HTTP transport POSTs each JSON-RPC 2.0 message (or a
+//! batch) to one endpoint; replies come as `application/json` or as a
+//! `text/event-stream`. These policies read those bodies:
+//!
+//! * [`McpToolAuthorization`] (`mcpToolAuthorization`, request): ordered
+//!   rules, first match wins, default deny, on the method, the tool (prompt,
+//!   resource) and the caller that `apiKeyAuth` / `jwtValidation` recorded.
+//! * [`McpToolFilter`] (`mcpToolFilter`, response): `tools/list` replies
+//!   show only the tools the same rules let the caller call.
+//! * [`ToolArgumentGuard`] (`toolArgumentGuard`, request): path, command and
+//!   URL arguments (SSRF rules always), argument size.
+//! * [`ToolSchemaValidation`] (`toolSchemaValidation`, both): arguments
+//!   against the tools' JSON Schemas, from a file or learned from
+//!   `tools/list` replies.
+//!
+//! One file per concern: [`jsonrpc`] (parsing), [`rules`], `args` (the
+//! guard), [`urls`] (SSRF), [`paths`] (paths and commands), `deny`
+//! (denial rendering and body handling), `reply` (JSON and SSE replies),
+//! `schema`, `filter`, `authorize`, `cache` (parsed params).
+
+mod args;
+mod authorize;
+mod cache;
+mod deny;
+mod filter;
+pub mod jsonrpc;
+pub mod paths;
+mod reply;
+pub mod rules;
+mod schema;
+pub mod urls;
+
+/// A name from a request body as a metadata value: control characters
+/// replaced by `?` (the kernel refuses CR, LF and NUL in values, which would
+/// fail the call instead of recording the decision), at most 128 characters.
+pub(crate) fn metadata_text(name: &str) -> String {
+    name.chars()
+        .take(128)
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
+}
+
+pub use args::{check_call, GuardConfig, ToolArgumentGuard, Violation};
+pub use authorize::{authorize, AuthzConfig, McpToolAuthorization, ALWAYS_ALLOWED};
+pub use deny::{Refusal, Style, INSUFFICIENT_SCOPE};
+pub use filter::{filter_message, McpToolFilter};
+pub use reply::Format;
+pub use schema::{ToolSchemaValidation, MAX_LEARNED};
