@@ -1,0 +1,177 @@
+//! Streamed chat completions through a real Envoy 1.40, the kernel binary and
+//! the real `ratelimit-agent` (`tokenBasedRateLimit`): the request is made to
+//! report its usage, the streamed usage is charged, the usage-only chunk is
+//! hidden from a client that did not ask for it, and the next request over
+//! the budget gets 429.
+
+mod support;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use support::sse_upstream::{Script, SseUpstream};
+use support::*;
+
+const LIMIT: &str = "{tokens_per_minute: 1000, key: \"header:x-user\"}";
+
+struct Stack {
+    _tmp: tempfile::TempDir,
+    _ratelimit: Proc,
+    kernel: KernelProc,
+    envoy: Envoy,
+    up: SseUpstream,
+}
+
+impl Stack {
+    async fn start() -> Self {
+        let tmp = workdir();
+        let dir = tmp.path().to_path_buf();
+        let rsock = dir.join("ratelimit.sock");
+        let mut cmd = Command::new(agent_bin("ratelimit-agent"));
+        cmd.arg(format!("--socket={}", rsock.display()));
+        let ratelimit = Proc::spawn("ratelimit-agent", &mut cmd, &dir.join("ratelimit.log"));
+        wait_socket(&rsock, Duration::from_secs(20));
+        let config = format!(
+            "  agents:
+    - name: ratelimit
+      socket_path: {}
+      health_check_interval_ms: 100
+  route_policies:
+    - route_name: body
+      request_policy_chain: [{{policy: tokenBasedRateLimit, params: {LIMIT}}}]
+      response_policy_chain: [{{policy: tokenBasedRateLimit, params: {LIMIT}}}]
+",
+            rsock.display()
+        );
+        let kernel = KernelProc::start(&dir, &config);
+        let up = SseUpstream::start().await;
+        let envoy = Envoy::start(&dir, &kernel.socket, up.addr.port());
+        let s = Self {
+            _tmp: tmp,
+            _ratelimit: ratelimit,
+            kernel,
+            envoy,
+            up,
+        };
+        until("agents healthy", Duration::from_secs(20), || async {
+            let (_, cfg) = s.kernel.admin_get("/config");
+            serde_json::from_str::<serde_json::Value>(&cfg)
+                .ok()
+                .and_then(|c| c["agents"].as_array().map(|a| a.iter().all(|x| x["healthy"] == true)))
+                .unwrap_or(false)
+        })
+        .await;
+        s
+    }
+
+    async fn chat(&self, user: &str, script: &str, body: &serde_json::Value) -> reqwest::Response {
+        reqwest::Client::new()
+            .post(self.envoy.url("/body/v1/chat/completions"))
+            .header("x-user", user)
+            .header("x-script", script)
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .expect("request")
+    }
+
+    fn diag(&self) -> String {
+        format!(
+            "--- kernel ---\n{}\n--- envoy ---\n{}",
+            self.kernel.log(),
+            self.envoy.log()
+        )
+    }
+}
+
+/// Reads the whole body, within 20 s.
+async fn body(mut r: reqwest::Response) -> String {
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while let Some(c) = tokio::time::timeout_at(deadline.into(), r.chunk())
+        .await
+        .expect("the stream ends, it does not hang")
+        .expect("body")
+    {
+        out.extend_from_slice(&c);
+    }
+    String::from_utf8(out).expect("utf-8")
+}
+
+fn openai(content: &str) -> String {
+    let doc = serde_json::json!({"id": "c1", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": content}, "finish_reason": null}]});
+    format!("data: {doc}\n\n")
+}
+
+fn usage(total: u64) -> String {
+    let doc = serde_json::json!({"id": "c1", "object": "chat.completion.chunk", "choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": total - 10, "total_tokens": total}});
+    format!("data: {doc}\n\n")
+}
+
+fn request(chars: usize, include_usage: Option<bool>) -> serde_json::Value {
+    let mut doc =
+        serde_json::json!({"model": "m", "stream": true, "messages": [{"role": "user", "content": "x".repeat(chars)}]});
+    if let Some(on) = include_usage {
+        doc["stream_options"] = serde_json::json!({"include_usage": on});
+    }
+    doc
+}
+
+fn script(pieces: Vec<String>) -> Script {
+    Script {
+        content_type: "text/event-stream",
+        pieces: pieces.into_iter().map(String::into_bytes).collect(),
+        pause: Duration::from_millis(20),
+        gated: false,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streamed_usage_is_charged_and_hidden() {
+    let s = Stack::start().await;
+    let (hello, world, done) = (openai("Hello"), openai(" world"), "data: [DONE]\n\n".to_string());
+
+    // A client that asked for usage gets the usage chunk, byte for byte.
+    s.up.script(
+        "asked",
+        script(vec![hello.clone(), world.clone(), usage(20), done.clone()]),
+    );
+    let r = s.chat("u2", "asked", &request(40, Some(true))).await;
+    assert_eq!(r.status(), 200, "{}", s.diag());
+    assert_eq!(r.headers().get("content-type").unwrap(), "text/event-stream");
+    assert_eq!(body(r).await, format!("{hello}{world}{}{done}", usage(20)));
+    let sent: serde_json::Value = serde_json::from_slice(s.up.bodies().last().unwrap()).unwrap();
+    assert_eq!(sent, request(40, Some(true)), "a request that asked is unchanged");
+
+    // A client that did not ask: the upstream is asked for usage, the
+    // client's stream has no usage chunk, and the 950 tokens are charged.
+    s.up.script(
+        "usage",
+        script(vec![hello.clone(), world.clone(), usage(950), done.clone()]),
+    );
+    let r = s.chat("u1", "usage", &request(40, None)).await;
+    assert_eq!(r.status(), 200, "{}", s.diag());
+    let out = body(r).await;
+    assert_eq!(out, format!("{hello}{world}{done}"), "{}", s.diag());
+    let sent: serde_json::Value = serde_json::from_slice(s.up.bodies().last().unwrap()).unwrap();
+    let mut expected = request(40, None);
+    expected["stream_options"] = serde_json::json!({"include_usage": true});
+    assert_eq!(sent, expected);
+
+    // 1000 - 950 = 50 tokens left: a 100-token prompt is over the budget
+    // (without the streamed charge, 990 would be left); another key is not.
+    let r = s.chat("u1", "usage", &request(400, None)).await;
+    assert_eq!(r.status(), 429, "{}", s.diag());
+    assert!(r.headers().get("retry-after").is_some());
+    let r = s.chat("u3", "asked", &request(400, None)).await;
+    assert_eq!(r.status(), 200);
+    body(r).await;
+    // The responses were streamed through the policy, not buffered.
+    assert!(
+        s.kernel.metric("policy_kernel_stream_chunks_total{route=\"body\"}") > 0.0,
+        "{}",
+        s.diag()
+    );
+    assert_eq!(s.envoy.stat("http.ingress.ext_proc.streams_failed"), 0, "{}", s.diag());
+}
