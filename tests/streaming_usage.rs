@@ -1,12 +1,15 @@
-//! Streamed chat completions through a real Envoy 1.40, the kernel binary and
-//! the real `ratelimit-agent` (`tokenBasedRateLimit`): the request is made to
-//! report its usage, the streamed usage is charged, the usage-only chunk is
-//! hidden from a client that did not ask for it, and the next request over
-//! the budget gets 429.
+//! Streamed chat completions through a real Envoy 1.40, the kernel binary,
+//! the real `ratelimit-agent` (`tokenBasedRateLimit`) and `guardrail-agent`
+//! (`auditLog`): the request is made to report its usage, the streamed usage
+//! is charged, the usage-only chunk is hidden from a client that did not ask
+//! for it, the next request over the budget gets 429, and each streamed
+//! response is one line of the audit journal, whose chain verifies.
 
 mod support;
 
-use std::process::Command;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use support::sse_upstream::{Script, SseUpstream};
@@ -17,6 +20,8 @@ const LIMIT: &str = "{tokens_per_minute: 1000, key: \"header:x-user\"}";
 struct Stack {
     _tmp: tempfile::TempDir,
     _ratelimit: Proc,
+    _guardrail: Proc,
+    audit: PathBuf,
     kernel: KernelProc,
     envoy: Envoy,
     up: SseUpstream,
@@ -30,18 +35,32 @@ impl Stack {
         let mut cmd = Command::new(agent_bin("ratelimit-agent"));
         cmd.arg(format!("--socket={}", rsock.display()));
         let ratelimit = Proc::spawn("ratelimit-agent", &mut cmd, &dir.join("ratelimit.log"));
+        let gsock = dir.join("guardrail.sock");
+        let audit = dir.join("audit.jsonl");
+        let mut cmd = Command::new(agent_bin("guardrail-agent"));
+        cmd.arg(format!("--socket={}", gsock.display()))
+            .arg(format!("--audit-path={}", audit.display()))
+            .arg("--audit-fsync-ms=5");
+        let guardrail = Proc::spawn("guardrail-agent", &mut cmd, &dir.join("guardrail.log"));
         wait_socket(&rsock, Duration::from_secs(20));
+        wait_socket(&gsock, Duration::from_secs(20));
         let config = format!(
             "  agents:
     - name: ratelimit
       socket_path: {}
       health_check_interval_ms: 100
+    - name: guardrail
+      socket_path: {}
+      health_check_interval_ms: 100
   route_policies:
     - route_name: body
       request_policy_chain: [{{policy: tokenBasedRateLimit, params: {LIMIT}}}]
-      response_policy_chain: [{{policy: tokenBasedRateLimit, params: {LIMIT}}}]
+      response_policy_chain:
+        - {{policy: tokenBasedRateLimit, params: {LIMIT}}}
+        - {{policy: auditLog}}
 ",
-            rsock.display()
+            rsock.display(),
+            gsock.display()
         );
         let kernel = KernelProc::start(&dir, &config);
         let up = SseUpstream::start().await;
@@ -49,6 +68,8 @@ impl Stack {
         let s = Self {
             _tmp: tmp,
             _ratelimit: ratelimit,
+            _guardrail: guardrail,
+            audit,
             kernel,
             envoy,
             up,
@@ -57,7 +78,11 @@ impl Stack {
             let (_, cfg) = s.kernel.admin_get("/config");
             serde_json::from_str::<serde_json::Value>(&cfg)
                 .ok()
-                .and_then(|c| c["agents"].as_array().map(|a| a.iter().all(|x| x["healthy"] == true)))
+                .and_then(|c| {
+                    c["agents"]
+                        .as_array()
+                        .map(|a| a.len() == 2 && a.iter().all(|x| x["healthy"] == true))
+                })
                 .unwrap_or(false)
         })
         .await;
@@ -97,6 +122,38 @@ async fn body(mut r: reqwest::Response) -> String {
         out.extend_from_slice(&c);
     }
     String::from_utf8(out).expect("utf-8")
+}
+
+/// The hex SHA-256 of `data`, by coreutils' `sha256sum`.
+fn sha256(data: &[u8]) -> String {
+    let mut child = Command::new("sha256sum")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("sha256sum");
+    child.stdin.take().unwrap().write_all(data).unwrap();
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The audit journal's lines, once it holds `n` (lines are written in batches).
+async fn journal(path: &std::path::Path, n: usize) -> Vec<serde_json::Value> {
+    let read = || {
+        std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("a JSON line"))
+            .collect::<Vec<serde_json::Value>>()
+    };
+    until("audit lines written", Duration::from_secs(10), || async {
+        read().len() >= n
+    })
+    .await;
+    read()
 }
 
 fn openai(content: &str) -> String {
@@ -158,6 +215,29 @@ async fn streamed_usage_is_charged_and_hidden() {
     let mut expected = request(40, None);
     expected["stream_options"] = serde_json::json!({"include_usage": true});
     assert_eq!(sent, expected);
+
+    // The audit journal has one line per streamed response, written at its
+    // end, with the SHA-256 of what the client got; its chain verifies.
+    let lines = journal(&s.audit, 2).await;
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    let stream = &lines[1]["stream"];
+    assert_eq!(stream["framing"], "sse");
+    assert_eq!(stream["events"], 3, "the usage chunk was gone before auditLog");
+    assert_eq!(stream["bytes"], out.len());
+    assert_eq!(stream["sha256"], sha256(out.as_bytes()));
+    // The charge's metadata reached the line (its value is redacted: `token` names a secret).
+    assert!(lines[1]["metadata"].get("tokens_used").is_some(), "{}", lines[1]);
+    let verify = Command::new(agent_bin("guardrail-agent"))
+        .arg("verify-audit")
+        .arg(&s.audit)
+        .output()
+        .unwrap();
+    assert!(
+        verify.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&verify.stdout),
+        String::from_utf8_lossy(&verify.stderr)
+    );
 
     // 1000 - 950 = 50 tokens left: a 100-token prompt is over the budget
     // (without the streamed charge, 990 would be left); another key is not.
