@@ -5,7 +5,9 @@
 //! usage in a final chunk; every other member of the body is kept, in order,
 //! byte for byte (members are written back without the whitespace between
 //! them). When the client had not asked for it, metadata
-//! [`USAGE_ADDED_KEY`] = `true` says so.
+//! [`USAGE_ADDED_KEY`] = `true` says so. Anthropic-style requests (an
+//! `anthropic-version` header, or a path ending in `/messages`) are left
+//! alone: their API rejects unknown members, and reports usage unasked.
 //!
 //! **Response side.** The usage of a streamed response is read from its
 //! events: the OpenAI final chunk's `usage` (`total_tokens`, else
@@ -26,7 +28,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::stream::sse;
-use crate::{ChunkContext, ChunkOutcome, Framing, PolicyError};
+use crate::{ChunkContext, ChunkOutcome, Framing, PolicyError, RequestView};
 
 /// Metadata key set (to `true`) when the kernel-side policy added
 /// `stream_options.include_usage` to a request that did not ask for it.
@@ -84,6 +86,13 @@ impl Members {
         out.push('}');
         out
     }
+}
+
+/// False for an Anthropic-style request (`anthropic-version` header, or a
+/// path ending in `/messages`), whose body must not get `stream_options`.
+pub fn openai_style(request: &RequestView<'_>) -> bool {
+    let path = request.path().split('?').next().unwrap_or_default();
+    request.header("anthropic-version").is_none() && !path.trim_end_matches('/').ends_with("/messages")
 }
 
 fn raw(json: &str) -> Option<Box<RawValue>> {

@@ -198,6 +198,28 @@ async fn streamed_usage_spends_the_budget_of_the_buffered_path() {
         "{md:?}"
     );
 
+    // Anthropic-style requests, and routes that turn it off, are left alone.
+    let anthropic = TestRequest::new("POST", "/v1/messages")
+        .header("x-user", "u9")
+        .body(chat.to_string());
+    let out = call.request(&policy, &anthropic).await.unwrap();
+    assert!(
+        out.body_set().is_none() && out.metadata_value(USAGE_ADDED_KEY).is_none(),
+        "{out:?}"
+    );
+    let versioned = TestRequest::new("POST", "/llm")
+        .header("x-user", "u9")
+        .header("anthropic-version", "2023-06-01")
+        .body(chat.to_string());
+    assert!(call.request(&policy, &versioned).await.unwrap().body_set().is_none());
+    let off = TestCall::new().params(&[("tokens_per_minute", "1000"), ("stream_usage", "false")]);
+    assert!(off.request(&policy, &req).await.unwrap().body_set().is_none());
+    assert!(TestCall::new()
+        .params(&[("tokens_per_minute", "1000"), ("stream_usage", "maybe")])
+        .request(&policy, &req)
+        .await
+        .is_err());
+
     // The next request over what is left gets 429.
     let small = call.request(&policy, &req).await.unwrap();
     assert!(small.denial().is_none(), "10 tokens fit in 100");

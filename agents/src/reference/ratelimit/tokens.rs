@@ -28,6 +28,8 @@ const ESTIMATE_KEY: &str = "tokens_estimated";
 pub struct TokenParams {
     tokens_per_minute: u64,
     key: KeySpec,
+    /// Ask OpenAI-style streaming requests for usage (`stream_usage`, true).
+    stream_usage: bool,
 }
 
 impl FromParams for TokenParams {
@@ -40,6 +42,7 @@ impl FromParams for TokenParams {
         Ok(TokenParams {
             tokens_per_minute,
             key: KeySpec::parse(p.get("key"))?,
+            stream_usage: p.bool_or("stream_usage", true)?,
         })
     }
 }
@@ -109,7 +112,7 @@ impl Policy for TokenBasedRateLimit {
     }
 
     fn param_schema(&self) -> &[&str] {
-        &["tokens_per_minute", "key"]
+        &["tokens_per_minute", "key", "stream_usage"]
     }
 
     fn phases(&self) -> Phases {
@@ -151,12 +154,8 @@ impl Policy for TokenBasedRateLimit {
             .request
             .header("content-encoding")
             .is_none_or(|e| e.eq_ignore_ascii_case("identity"));
-        if let Some(body) = ctx
-            .request
-            .body()
-            .filter(|_| plain)
-            .and_then(stream_usage::ask_for_usage)
-        {
+        let ask = params.stream_usage && plain && stream_usage::openai_style(&ctx.request);
+        if let Some(body) = ctx.request.body().filter(|_| ask).and_then(stream_usage::ask_for_usage) {
             out = out.set_body(body).set_metadata(USAGE_ADDED_KEY, "true");
         }
         Ok(out)
