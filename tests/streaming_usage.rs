@@ -90,8 +90,12 @@ impl Stack {
     }
 
     async fn chat(&self, user: &str, script: &str, body: &serde_json::Value) -> reqwest::Response {
+        self.post("/body/v1/chat/completions", user, script, body).await
+    }
+
+    async fn post(&self, path: &str, user: &str, script: &str, body: &serde_json::Value) -> reqwest::Response {
         reqwest::Client::new()
-            .post(self.envoy.url("/body/v1/chat/completions"))
+            .post(self.envoy.url(path))
             .header("x-user", user)
             .header("x-script", script)
             .header("content-type", "application/json")
@@ -247,6 +251,43 @@ async fn streamed_usage_is_charged_and_hidden() {
     let r = s.chat("u3", "asked", &request(400, None)).await;
     assert_eq!(r.status(), 200);
     body(r).await;
+    // An Anthropic-style stream: the request is left as it is, and input
+    // (message_start) + output (message_delta) tokens are charged: 25 + 960
+    // leave 1000 - 985 = 15, too few for a 100-token prompt.
+    let anthropic = [
+        (
+            "message_start",
+            serde_json::json!({"type": "message_start", "message": {"id": "m1", "usage": {"input_tokens": 25, "output_tokens": 1}}}),
+        ),
+        (
+            "content_block_delta",
+            serde_json::json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hi"}}),
+        ),
+        (
+            "message_delta",
+            serde_json::json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 960}}),
+        ),
+        ("message_stop", serde_json::json!({"type": "message_stop"})),
+    ];
+    let pieces: Vec<String> = anthropic
+        .iter()
+        .map(|(t, d)| format!("event: {t}\ndata: {d}\n\n"))
+        .collect();
+    s.up.script("anthropic", script(pieces.clone()));
+    let r = s.post("/body/v1/messages", "u4", "anthropic", &request(40, None)).await;
+    assert_eq!(r.status(), 200, "{}", s.diag());
+    assert_eq!(body(r).await, pieces.concat(), "an Anthropic stream passes unchanged");
+    let sent: serde_json::Value = serde_json::from_slice(s.up.bodies().last().unwrap()).unwrap();
+    assert_eq!(
+        sent,
+        request(40, None),
+        "no stream_options for an Anthropic-style request"
+    );
+    let r = s
+        .post("/body/v1/messages", "u4", "anthropic", &request(400, None))
+        .await;
+    assert_eq!(r.status(), 429, "{}", s.diag());
+
     // The responses were streamed through the policy, not buffered.
     assert!(
         s.kernel.metric("policy_kernel_stream_chunks_total{route=\"body\"}") > 0.0,
