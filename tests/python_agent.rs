@@ -92,3 +92,66 @@ async fn python_agent_serves_a_route_through_envoy() {
     .await;
     assert_eq!(r.status, 403, "{}", r.body);
 }
+
+/// `tagEvents`, the example's streaming policy, on a streamed response: the
+/// kernel streams it (the policy declares `streams_response_body`), each
+/// event reaches the client tagged with the stream's count, and a summary
+/// event closes the stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_agent_streams_a_response_through_envoy() {
+    use support::sse_upstream::{Script, SseUpstream};
+
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = workdir();
+    let socket = dir.path().join("python.sock");
+    let mut cmd = Command::new(python());
+    cmd.arg(root.join("agents/examples/python/agent.py"))
+        .arg("--socket")
+        .arg(&socket);
+    let _agent = Proc::spawn("python-agent", &mut cmd, &dir.path().join("python.log"));
+    wait_socket(&socket, Duration::from_secs(30));
+    let kernel = KernelProc::start(
+        dir.path(),
+        &format!(
+            "  agents:\n    - name: python-agent\n      socket_path: {}\n      health_check_interval_ms: 200\n  route_policies:\n    - route_name: resp\n      response_policy_chain:\n        - policy: tagEvents\n          params: {{tag: py, upper: true}}\n",
+            socket.display()
+        ),
+    );
+    let up = SseUpstream::start().await;
+    up.script(
+        "three",
+        Script {
+            content_type: "text/event-stream",
+            pieces: vec![
+                b"data: one\n\nda".to_vec(),
+                b"ta: two\n\n".to_vec(),
+                b"data: three\n\n".to_vec(),
+            ],
+            pause: Duration::from_millis(30),
+            gated: false,
+        },
+    );
+    let envoy = Envoy::start(dir.path(), &kernel.socket, up.addr.port());
+    until("python agent healthy", Duration::from_secs(20), || async {
+        kernel.admin_get("/config").1.contains("\"healthy\":true")
+    })
+    .await;
+    let r = reqwest::Client::new()
+        .get(envoy.url("/resp/stream"))
+        .header("x-script", "three")
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(r.status(), 200, "{}", kernel.log());
+    let body = tokio::time::timeout(Duration::from_secs(20), r.text())
+        .await
+        .expect("the stream ends")
+        .expect("body");
+    assert_eq!(
+        body,
+        ": py 1\ndata: ONE\n\n: py 2\ndata: TWO\n\n: py 3\ndata: THREE\n\nevent: py\ndata: {\"events\": 3}\n\n",
+        "{}",
+        kernel.log()
+    );
+    assert!(kernel.metric("policy_kernel_stream_chunks_total{route=\"resp\"}") > 0.0);
+}

@@ -36,6 +36,8 @@ struct Shared {
     gate: Semaphore,
     /// Pieces written, over all responses.
     sent: AtomicUsize,
+    /// The body of each request received, in order.
+    bodies: Mutex<Vec<Vec<u8>>>,
 }
 
 /// The streaming upstream.
@@ -59,6 +61,7 @@ impl SseUpstream {
             scripts: Mutex::new(HashMap::new()),
             gate: Semaphore::new(0),
             sent: AtomicUsize::new(0),
+            bodies: Mutex::new(Vec::new()),
         });
         let s = Arc::clone(&shared);
         let task = tokio::spawn(async move {
@@ -70,7 +73,15 @@ impl SseUpstream {
                 tokio::spawn(async move {
                     let svc = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
                         let s = Arc::clone(&s);
-                        async move { Ok::<_, Infallible>(respond(s, req)) }
+                        async move {
+                            let (parts, body) = req.into_parts();
+                            let body = http_body_util::BodyExt::collect(body)
+                                .await
+                                .map(|b| b.to_bytes().to_vec())
+                                .unwrap_or_default();
+                            s.bodies.lock().unwrap().push(body);
+                            Ok::<_, Infallible>(respond(s, hyper::Request::from_parts(parts, ())))
+                        }
                     });
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), svc)
@@ -91,6 +102,11 @@ impl SseUpstream {
         self.shared.gate.add_permits(n);
     }
 
+    /// The bodies of the requests received so far, in order.
+    pub fn bodies(&self) -> Vec<Vec<u8>> {
+        self.shared.bodies.lock().unwrap().clone()
+    }
+
     /// Pieces written so far, over all responses.
     pub fn sent(&self) -> usize {
         self.shared.sent.load(Ordering::SeqCst)
@@ -99,7 +115,7 @@ impl SseUpstream {
 
 type Body = StreamBody<tokio_stream::wrappers::ReceiverStream<Result<Frame<Bytes>, Infallible>>>;
 
-fn respond(s: Arc<Shared>, req: hyper::Request<hyper::body::Incoming>) -> hyper::Response<Body> {
+fn respond(s: Arc<Shared>, req: hyper::Request<()>) -> hyper::Response<Body> {
     let name = req
         .headers()
         .get("x-script")

@@ -1,10 +1,21 @@
 #!/usr/bin/env python3
-"""A policy agent in Python: one policy, ``blockUserAgents``.
+"""A policy agent in Python: two policies, ``blockUserAgents`` and ``tagEvents``.
 
 ``blockUserAgents`` (param ``blocked``: a list, as a JSON array or
 comma-separated) answers 403 when the request's user-agent contains one of
 the blocked strings, and otherwise tags the request with
 ``x-checked-by: python-agent`` and the metadata ``user_agent_checked=true``.
+
+``tagEvents`` (params ``tag``, default ``python-agent``; ``upper``, default
+false) streams response bodies (``streams_response_body``): each server-sent
+event gets a comment line ``: <tag> <n>`` (n counts the events of the
+stream, from 1), its data upper-cased (ASCII letters) with ``upper: true``;
+at the end of the stream an event ``event: <tag>`` with data
+``{"events": N}`` follows, and the metadata ``events_tagged`` is N. The count
+travels between the calls of a stream in the kernel-carried policy state.
+Other bodies pass unchanged (their chunks are counted). A buffered
+``text/event-stream`` body (a chain that does not stream) is tagged the same
+way, whole.
 
 Usage: python agent.py --socket /var/run/policy-engine/agents/python.sock
 """
@@ -15,6 +26,7 @@ import logging
 import logging.handlers
 import os
 import queue
+import re
 import signal
 import stat
 import sys
@@ -32,6 +44,7 @@ log = logging.getLogger("python-agent")
 AGENT_NAME = "python-agent"
 VERSION = "0.1.0"
 POLICY = "blockUserAgents"
+STREAM_POLICY = "tagEvents"
 # Log records held for the writer thread while stderr is not taking them.
 LOG_BACKLOG = 1000
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
@@ -72,6 +85,59 @@ def block_user_agents(params, request_data):
     ], {"user_agent_checked": "true"}
 
 
+class PolicyFailure(Exception):
+    """A policy could not run (bad params, bad state): on_failure decides."""
+
+
+def tag_params(params):
+    """``tagEvents``'s params: (tag, upper); bad values raise PolicyFailure."""
+    tag = (params.get("tag") or "python-agent").strip()
+    if not tag or any(c in tag for c in "\r\n\0"):
+        raise PolicyFailure(f"param tag: {tag!r} must be one non-empty line")
+    upper = (params.get("upper") or "false").strip().lower()
+    if upper not in ("true", "false"):
+        raise PolicyFailure(f"param upper: {upper!r} must be true or false")
+    return tag.encode(), upper == "true"
+
+
+DATA_LINE = re.compile(rb"(?m)^data:(.*)$")
+
+
+def tag_events(params, events, state, end_of_stream, sse):
+    """Runs ``tagEvents`` on one call of a stream: returns (the events to send
+    instead, or None to pass them unchanged; the state for the next call;
+    metadata)."""
+    tag, upper = tag_params(params)
+    try:
+        count = json.loads(state)["events"] if state else 0
+    except (ValueError, KeyError, TypeError) as e:
+        raise PolicyFailure(f"unreadable stream state: {e}") from e
+    out = []
+    for event in events:
+        count += 1
+        if sse:
+            if upper:
+                event = DATA_LINE.sub(lambda m: b"data:" + m.group(1).upper(), event)
+            out.append(b": " + tag + b" " + str(count).encode() + b"\n" + event)
+    metadata = {}
+    if end_of_stream:
+        metadata["events_tagged"] = str(count)
+        if sse:
+            out.append(b"event: " + tag + b"\ndata: " + json.dumps({"events": count}).encode() + b"\n\n")
+    new_state = json.dumps({"events": count}).encode()
+    return (out if sse else None), new_state, metadata
+
+
+EVENT = re.compile(rb".*?(?:\r\n\r\n|\n\n|\r\r)", re.S)
+
+
+def split_events(body):
+    """A whole event-stream body cut into events (an unfinished last one kept)."""
+    events = EVENT.findall(body)
+    rest = body[sum(len(e) for e in events):]
+    return events + ([rest] if rest else [])
+
+
 class Agent(pb_grpc.PolicyAgentServicer):
     def __init__(self):
         self.draining = threading.Event()
@@ -84,7 +150,17 @@ class Agent(pb_grpc.PolicyAgentServicer):
             supported_phases=pb.REQUEST,
             requires_body=False,
         )
-        return pb.GetAgentConfigResponse(agent_name=AGENT_NAME, agent_version=VERSION, supported_policies=[info])
+        streaming = pb.PolicyInfo(
+            name=STREAM_POLICY,
+            version=VERSION,
+            param_schema=["tag", "upper"],
+            supported_phases=pb.RESPONSE,
+            requires_body=True,
+            streams_response_body=True,
+        )
+        return pb.GetAgentConfigResponse(
+            agent_name=AGENT_NAME, agent_version=VERSION, supported_policies=[info, streaming]
+        )
 
     def HealthCheck(self, request, context):
         if self.draining.is_set():
@@ -115,7 +191,61 @@ class Agent(pb_grpc.PolicyAgentServicer):
         return reply
 
     def ExecutePolicyResponse(self, request, context):
-        return pb.PolicyResponseResponse(request_id=request.request_id)
+        """``tagEvents`` on a buffered event stream; nothing else."""
+        reply = pb.PolicyResponseResponse(request_id=request.request_id)
+        data = request.response_data
+        content_type = next((h.value for h in data.headers.headers if h.key.lower() == "content-type"), "")
+        sse = content_type.split(";")[0].strip().lower() == "text/event-stream"
+        for policy in request.policies:
+            if policy.name != STREAM_POLICY or not data.body_included or not sse:
+                continue
+            try:
+                events, _, metadata = tag_events(dict(policy.params), split_events(data.body), b"", True, True)
+            except PolicyFailure as e:
+                log.warning("%s failed: %s (on_failure=%s)", policy.name, e, policy.on_failure or "deny")
+                continue
+            reply.instructions.append(pb.ResponseInstruction(set_body=pb.SetBody(body=b"".join(events))))
+            reply.policy_metadata.update(metadata)
+        return reply
+
+    def ExecutePolicyResponseChunk(self, request, context):
+        """The streaming policies of one call, in order: each sees the events
+        as the previous one left them and gets back its own state."""
+        reply = pb.PolicyResponseChunkReply(request_id=request.request_id)
+        events = list(request.events)
+        sse = request.framing == pb.SSE_EVENT
+        changed = False
+        end = None
+        for i, policy in enumerate(request.policies):
+            state = request.policy_state[i] if i < len(request.policy_state) else b""
+            try:
+                if policy.name != STREAM_POLICY:
+                    raise PolicyFailure("policy is not supported by this agent")
+                out, new_state, metadata = tag_events(
+                    dict(policy.params), events, state, request.end_of_stream, sse
+                )
+            except PolicyFailure as e:
+                mode = policy.on_failure or "deny"
+                log.warning("%s failed on a streamed body: %s (on_failure=%s)", policy.name, e, mode)
+                reply.policy_state.append(state)
+                if mode == "continue":
+                    continue
+                if mode == "skip_remaining":
+                    break
+                events, changed = [], True
+                end = pb.EndStream(reason="policy_failed", message=f"{policy.name} failed")
+                break
+            reply.policy_state.append(new_state)
+            for key, value in metadata.items():
+                reply.policy_metadata[key] = value
+                reply.instructions.append(pb.ChunkInstruction(set_metadata=pb.SetMetadata(key=key, value=value)))
+            if out is not None:
+                events, changed = out, True
+        if changed:
+            reply.instructions.append(pb.ChunkInstruction(replace_events=pb.ReplaceEvents(events=events)))
+        if end is not None:
+            reply.instructions.append(pb.ChunkInstruction(end_stream=end))
+        return reply
 
 
 class DroppingQueueHandler(logging.handlers.QueueHandler):

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Starts agent.py on a socket in a temp dir and checks it from Python:
 GetAgentConfig, HealthCheck, ExecutePolicyRequest (pass and deny),
-the socket's mode, and a clean exit on SIGTERM. Then starts it again with its
+ExecutePolicyResponseChunk (tagEvents across the calls of a stream, raw
+chunks, bad params under each on_failure), ExecutePolicyResponse (a buffered
+event stream), the socket's mode, and a clean exit on SIGTERM. Then starts it again with its
 stderr on a pipe nobody reads and checks that calls that each log a warning
 are still answered. Exit status 0 when all pass.
 
@@ -47,6 +49,73 @@ def call(stub, user_agent, blocked='["curl","sqlmap"]'):
         deadline_ms=1000,
     )
     return stub.ExecutePolicyRequest(request, timeout=5)
+
+
+def chunk(stub, events, sequence, state=b"", end=False, params=None, framing=None, on_failure=""):
+    """One ExecutePolicyResponseChunk call of tagEvents."""
+    request = pb.PolicyResponseChunk(
+        request_id="py-stream",
+        policies=[pb.Policy(name="tagEvents", params=params or {}, on_failure=on_failure)],
+        sequence=sequence,
+        framing=pb.SSE_EVENT if framing is None else framing,
+        events=events,
+        end_of_stream=end,
+        policy_state=[state] if state else [],
+        deadline_ms=1000,
+    )
+    return stub.ExecutePolicyResponseChunk(request, timeout=5)
+
+
+def replaced(reply):
+    """The events of the reply's replace_events instruction, or None."""
+    for i in reply.instructions:
+        if i.WhichOneof("instruction") == "replace_events":
+            return list(i.replace_events.events)
+    return None
+
+
+def streaming(stub):
+    """tagEvents on a stream of three calls, on raw chunks, with bad params,
+    and on a buffered body."""
+    params = {"tag": "py", "upper": "true"}
+    # Non-ASCII text stays as it is: only ASCII letters are upper-cased.
+    first = chunk(stub, [b"data: hello\n\n", "event: x\ndata: w\u00f6rld\n\n".encode()], 0, params=params)
+    check("stream: request_id echoed", first.request_id == "py-stream", first)
+    out = replaced(first)
+    check("stream: events tagged and upper-cased",
+          out == [b": py 1\ndata: HELLO\n\n", ": py 2\nevent: x\ndata: W\u00f6RLD\n\n".encode()], out)
+    check("stream: one state entry", len(first.policy_state) == 1, first)
+    second = chunk(stub, [b"data: again\n\n"], 1, state=first.policy_state[0], params=params)
+    check("stream: the count goes on with the state", replaced(second) == [b": py 3\ndata: AGAIN\n\n"], second)
+    last = chunk(stub, [], 2, state=second.policy_state[0], end=True, params=params)
+    check("stream: a summary event at the end",
+          replaced(last) == [b'event: py\ndata: {"events": 3}\n\n'], last)
+    check("stream: metadata events_tagged", dict(last.policy_metadata) == {"events_tagged": "3"}, last)
+
+    raw = chunk(stub, [b"{\"a\":", b"1}"], 0, end=True, framing=pb.RAW)
+    check("raw chunks pass unchanged", replaced(raw) is None, raw)
+    check("raw chunks are counted", dict(raw.policy_metadata) == {"events_tagged": "2"}, raw)
+
+    bad = {"tag": "two\nlines"}
+    denied = chunk(stub, [b"data: x\n\n"], 0, params=bad)
+    ends = [i.end_stream for i in denied.instructions if i.WhichOneof("instruction") == "end_stream"]
+    check("bad param, on_failure deny: the stream ends",
+          len(ends) == 1 and ends[0].reason == "policy_failed" and replaced(denied) == [], denied)
+    passed_on = chunk(stub, [b"data: x\n\n"], 0, params=bad, on_failure="continue")
+    check("bad param, on_failure continue: the events pass", list(passed_on.instructions) == [], passed_on)
+    garbled = chunk(stub, [b"data: x\n\n"], 1, state=b"not json", on_failure="continue")
+    check("unreadable state: the policy fails, state kept", list(garbled.policy_state) == [b"not json"], garbled)
+
+    ct = pb.HttpHeaders(headers=[pb.HeaderValue(key="content-type", value="text/event-stream")])
+    buffered = stub.ExecutePolicyResponse(pb.PolicyResponsePhase(
+        request_id="py-buffered",
+        policies=[pb.Policy(name="tagEvents")],
+        response_data=pb.ResponseData(status_code=200, headers=ct, body=b"data: a\n\ndata: b\n\n", body_included=True),
+        deadline_ms=1000,
+    ), timeout=5)
+    bodies = [i.set_body.body for i in buffered.instructions if i.WhichOneof("instruction") == "set_body"]
+    expected = b': python-agent 1\ndata: a\n\n: python-agent 2\ndata: b\n\nevent: python-agent\ndata: {"events": 2}\n\n'
+    check("a buffered event stream is tagged whole", bodies == [expected], buffered)
 
 
 def start(sock, **popen):
@@ -123,8 +192,13 @@ def main():
             config = stub.GetAgentConfig(pb.GetAgentConfigRequest(), timeout=5)
             check("GetAgentConfig names the agent", config.agent_name == "python-agent", config)
             names = [p.name for p in config.supported_policies]
-            check("GetAgentConfig lists blockUserAgents", names == ["blockUserAgents"], names)
+            check("GetAgentConfig lists both policies", names == ["blockUserAgents", "tagEvents"], names)
             check("param_schema", list(config.supported_policies[0].param_schema) == ["blocked"])
+            streams = [p.streams_response_body for p in config.supported_policies]
+            check("only tagEvents streams response bodies", streams == [False, True], streams)
+            tag_info = config.supported_policies[1]
+            check("tagEvents: response phase, needs the body",
+                  tag_info.supported_phases == pb.RESPONSE and tag_info.requires_body, tag_info)
 
             health = stub.HealthCheck(pb.HealthCheckRequest(), timeout=5)
             check("HealthCheck is SERVING", health.status == pb.HealthCheckResponse.SERVING, health)
@@ -140,6 +214,8 @@ def main():
 
             reply = call(stub, "curl/8.5.0", blocked="sqlmap, nikto")
             check("comma-separated list accepted", reply.instructions[0].WhichOneof("instruction") == "set_header")
+
+            streaming(stub)
 
             mode = stat.S_IMODE(os.stat(sock).st_mode)
             check("socket mode is 0660", mode == 0o660, oct(mode))

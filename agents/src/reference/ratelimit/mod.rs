@@ -14,6 +14,7 @@ mod key;
 mod memory;
 mod rate;
 mod redis_store;
+pub mod stream_usage;
 mod tokens;
 
 pub use clock::TokioClock;

@@ -2,17 +2,22 @@
 //!
 //! Request phase: estimates the prompt's tokens (characters / 4 over the
 //! text of `messages[].content`, `prompt`, `input`) and takes them from the
-//! bucket, or answers 429 when the budget is spent. Response phase: reads
-//! `usage.total_tokens` from the upstream's JSON (or the last SSE event that
-//! carries it) and charges the difference with the estimate.
+//! bucket, or answers 429 when the budget is spent; a streaming OpenAI-style
+//! request is made to report its usage ([`super::stream_usage`]). Response
+//! phase: reads `usage.total_tokens` from the upstream's JSON (or the last
+//! SSE event that carries it) and charges the difference with the estimate.
+//! A streamed response is charged the same way, from its usage events, as
+//! they pass ([`super::stream_usage`]).
 
 use serde_json::Value;
 
-use super::{retry_after_secs, Backend, KeySpec, Take};
+use super::stream_usage::{self, USAGE_ADDED_KEY};
+use super::{retry_after_secs, Backend, Decision, KeySpec, Take};
 use crate::reference::{error_body, text};
+use crate::stream::sse;
 use crate::{
-    Deny, FromParams, ParamError, Params, Phases, Policy, PolicyError, RequestContext, RequestOutcome, ResponseContext,
-    ResponseOutcome,
+    ChunkContext, ChunkOutcome, Deny, FromParams, Metadata, ParamError, Params, Phases, Policy, PolicyError,
+    RequestContext, RequestOutcome, RequestView, ResponseContext, ResponseOutcome,
 };
 
 /// Metadata key carrying the request-phase estimate to the response phase.
@@ -23,6 +28,8 @@ const ESTIMATE_KEY: &str = "tokens_estimated";
 pub struct TokenParams {
     tokens_per_minute: u64,
     key: KeySpec,
+    /// Ask OpenAI-style streaming requests for usage (`stream_usage`, true).
+    stream_usage: bool,
 }
 
 impl FromParams for TokenParams {
@@ -35,6 +42,7 @@ impl FromParams for TokenParams {
         Ok(TokenParams {
             tokens_per_minute,
             key: KeySpec::parse(p.get("key"))?,
+            stream_usage: p.bool_or("stream_usage", true)?,
         })
     }
 }
@@ -70,6 +78,26 @@ impl TokenBasedRateLimit {
     pub fn new(backend: Backend) -> Self {
         TokenBasedRateLimit { backend }
     }
+
+    /// Charges the `total` tokens the upstream reported: the difference with
+    /// the request phase's estimate (metadata `tokens_estimated`), taken
+    /// whatever the bucket's level. The buffered and the streamed response
+    /// paths both charge through here.
+    async fn charge_usage(
+        &self,
+        params: &TokenParams,
+        request: &RequestView<'_>,
+        metadata: &Metadata,
+        total: u64,
+    ) -> Result<Decision, PolicyError> {
+        let estimated: i64 = metadata.get(ESTIMATE_KEY).and_then(|v| v.parse().ok()).unwrap_or(0);
+        let correction = i64::try_from(total).unwrap_or(i64::MAX).saturating_sub(estimated);
+        let key = params.key.resolve(request, metadata);
+        Ok(self
+            .backend
+            .take_tokens(&key, params.tokens_per_minute, correction, Take::Always)
+            .await?)
+    }
 }
 
 impl Policy for TokenBasedRateLimit {
@@ -84,7 +112,7 @@ impl Policy for TokenBasedRateLimit {
     }
 
     fn param_schema(&self) -> &[&str] {
-        &["tokens_per_minute", "key"]
+        &["tokens_per_minute", "key", "stream_usage"]
     }
 
     fn phases(&self) -> Phases {
@@ -92,6 +120,10 @@ impl Policy for TokenBasedRateLimit {
     }
 
     fn requires_body(&self) -> bool {
+        true
+    }
+
+    fn streams_response_body(&self) -> bool {
         true
     }
 
@@ -113,11 +145,20 @@ impl Policy for TokenBasedRateLimit {
             return Ok(RequestOutcome::denied_with(deny));
         }
         let remaining = d.remaining.to_string();
-        Ok(RequestOutcome::proceed()
+        let mut out = RequestOutcome::proceed()
             .set_header("x-ratelimit-limit-tokens", &limit)
             .set_header("x-ratelimit-remaining-tokens", &remaining)
             .set_metadata(ESTIMATE_KEY, estimate.to_string())
-            .set_metadata("ratelimit_tokens_remaining", remaining))
+            .set_metadata("ratelimit_tokens_remaining", remaining);
+        let plain = ctx
+            .request
+            .header("content-encoding")
+            .is_none_or(|e| e.eq_ignore_ascii_case("identity"));
+        let ask = params.stream_usage && plain && stream_usage::openai_style(&ctx.request);
+        if let Some(body) = ctx.request.body().filter(|_| ask).and_then(stream_usage::ask_for_usage) {
+            out = out.set_body(body).set_metadata(USAGE_ADDED_KEY, "true");
+        }
+        Ok(out)
     }
 
     async fn on_response(
@@ -125,20 +166,45 @@ impl Policy for TokenBasedRateLimit {
         params: &TokenParams,
         ctx: &ResponseContext<'_>,
     ) -> Result<ResponseOutcome, PolicyError> {
-        let Some(total) = ctx.response.body().and_then(usage_total) else {
+        let Some(body) = ctx.response.body() else {
             return Ok(ResponseOutcome::proceed());
         };
-        let estimated: i64 = ctx.metadata.get(ESTIMATE_KEY).and_then(|v| v.parse().ok()).unwrap_or(0);
-        let correction = i64::try_from(total).unwrap_or(i64::MAX).saturating_sub(estimated);
-        let key = params.key.resolve(&ctx.request, ctx.metadata);
-        let d = self
-            .backend
-            .take_tokens(&key, params.tokens_per_minute, correction, Take::Always)
-            .await?;
-        Ok(ResponseOutcome::proceed()
+        // A buffered event stream whose usage chunk the client did not ask for.
+        let event_stream = ctx
+            .response
+            .header("content-type")
+            .is_some_and(|t| sse::is_event_stream(t.as_bytes()));
+        let stripped = (event_stream && ctx.metadata.get(USAGE_ADDED_KEY) == Some("true"))
+            .then(|| stream_usage::strip_usage_events(body))
+            .flatten();
+        let Some(total) = usage_total(body) else {
+            return Ok(ResponseOutcome::proceed());
+        };
+        let d = self.charge_usage(params, &ctx.request, ctx.metadata, total).await?;
+        let mut out = ResponseOutcome::proceed()
             .set_header("x-ratelimit-limit-tokens", d.limit.to_string())
             .set_header("x-ratelimit-remaining-tokens", d.remaining.to_string())
-            .set_metadata("tokens_used", total.to_string()))
+            .set_metadata("tokens_used", total.to_string());
+        if let Some(body) = stripped {
+            out = out.set_body(body);
+        }
+        Ok(out)
+    }
+
+    async fn on_response_chunk(
+        &self,
+        params: &TokenParams,
+        ctx: &ChunkContext<'_>,
+    ) -> Result<ChunkOutcome, PolicyError> {
+        let read = stream_usage::read_chunk(ctx)?;
+        let Some(total) = read.charge else {
+            return Ok(read.outcome);
+        };
+        let d = self.charge_usage(params, &ctx.request, ctx.metadata, total).await?;
+        Ok(read
+            .outcome
+            .set_metadata("tokens_used", total.to_string())
+            .set_metadata("ratelimit_tokens_remaining", d.remaining.to_string()))
     }
 }
 
@@ -161,6 +227,29 @@ mod tests {
         let sse = "data: {\"choices\":[]}\n\ndata: {\"usage\":{\"total_tokens\":7}}\n\ndata: [DONE]\n";
         assert_eq!(usage_total(sse.as_bytes()), Some(7));
         assert_eq!(usage_total(b"{}"), None);
+    }
+
+    #[tokio::test]
+    async fn a_buffered_event_stream_loses_the_usage_chunk_it_was_given() {
+        let policy = TokenBasedRateLimit::new(Backend::memory());
+        let call = TestCall::new()
+            .params(&[("tokens_per_minute", "1000")])
+            .metadata("tokens_estimated", "5");
+        let req = TestRequest::new("POST", "/v1/chat/completions").body(chat(20));
+        let sse = "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\ndata: {\"choices\":[],\"usage\":{\"total_tokens\":30}}\n\ndata: [DONE]\n\n";
+        let resp = TestResponse::new(200)
+            .header("content-type", "text/event-stream")
+            .body(sse);
+        let out = call.response(&policy, &req, &resp).await.unwrap();
+        assert_eq!(out.metadata_value("tokens_used"), Some("30"));
+        assert!(out.body_set().is_none(), "the client asked for usage");
+        let added = call.clone().metadata(USAGE_ADDED_KEY, "true");
+        let out = added.response(&policy, &req, &resp).await.unwrap();
+        let body = &out.body_set().expect("usage chunk removed").body;
+        assert_eq!(
+            &body[..],
+            b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\ndata: [DONE]\n\n"
+        );
     }
 
     #[tokio::test(start_paused = true)]

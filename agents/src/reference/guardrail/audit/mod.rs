@@ -5,10 +5,16 @@
 //! request. Credentials are redacted ([`record`]). The journal path is the
 //! agent's default (`--audit-path` / `--audit-dir`) unless the `path` param
 //! overrides it; a relative `path` is taken inside the default's directory.
+//! A streamed response is recorded at its end, with the count, size and
+//! SHA-256 of its events ([`stream`]).
 
+mod digest;
 mod journal;
 pub mod record;
+mod stream;
 mod verify;
+
+pub use digest::RunningSha256;
 
 pub use journal::{Journal, JournalOptions, GENESIS};
 pub use verify::verify_journal;
@@ -20,8 +26,8 @@ use std::sync::Arc;
 use tokio::sync::Mutex;
 
 use crate::{
-    FromParams, ParamError, Params, Phases, Policy, PolicyError, RequestContext, RequestOutcome, ResponseContext,
-    ResponseOutcome,
+    ChunkContext, ChunkOutcome, FromParams, ParamError, Params, Phases, Policy, PolicyError, RequestContext,
+    RequestOutcome, ResponseContext, ResponseOutcome,
 };
 
 /// A journal failure.
@@ -144,6 +150,10 @@ impl Policy for AuditLog {
         true
     }
 
+    fn streams_response_body(&self) -> bool {
+        true
+    }
+
     async fn on_request(&self, params: &AuditParams, ctx: &RequestContext<'_>) -> Result<RequestOutcome, PolicyError> {
         let record = record::request_record(&ctx.request, ctx.call, ctx.metadata);
         let journal = self.journal(&self.resolve(params.path.as_deref())).await?;
@@ -162,6 +172,21 @@ impl Policy for AuditLog {
         let journal = self.journal(&self.resolve(params.path.as_deref())).await?;
         let seq = journal.append(record).await?;
         Ok(ResponseOutcome::proceed().set_metadata("audit_seq", seq.to_string()))
+    }
+
+    async fn on_response_chunk(
+        &self,
+        params: &AuditParams,
+        ctx: &ChunkContext<'_>,
+    ) -> Result<ChunkOutcome, PolicyError> {
+        let step = stream::step(ctx, params.log_response_body)?;
+        let out = ChunkOutcome::pass().state(step.state);
+        let Some(record) = step.record else {
+            return Ok(out);
+        };
+        let journal = self.journal(&self.resolve(params.path.as_deref())).await?;
+        let seq = journal.append(record).await?;
+        Ok(out.set_metadata("audit_seq", seq.to_string()))
     }
 
     async fn on_shutdown(&self) {
