@@ -114,30 +114,7 @@ static_resources:
             - name: all
               domains: ["*"]
               routes:
-{routes}          http_filters:
-          - name: envoy.filters.http.ext_proc
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor
-              grpc_service:
-                envoy_grpc: {{cluster_name: policy_kernel}}
-              failure_mode_allow: false
-              allow_mode_override: true
-              message_timeout: 5s
-              request_attributes: ["xds.route_name", "source.address"]
-              processing_mode:
-                request_header_mode: SEND
-                response_header_mode: SKIP
-                request_body_mode: NONE
-                response_body_mode: NONE
-                request_trailer_mode: SKIP
-                response_trailer_mode: SKIP
-              mutation_rules: {{allow_all_routing: true}}
-              metadata_options:
-                receiving_namespaces: {{untyped: ["policy_kernel"]}}
-          - name: envoy.filters.http.router
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-  clusters:
+{routes}{filters}  clusters:
   - name: policy_kernel
     type: STATIC
     connect_timeout: 1s
@@ -155,7 +132,8 @@ static_resources:
       cluster_name: upstream
       endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {upstream}}}}}}}}}]}}]
 "#,
-        kernel = kernel.display()
+        kernel = kernel.display(),
+        filters = support::envoy::ext_proc_filters("5s")
     )
 }
 

@@ -48,6 +48,40 @@ pub enum KernelAt<'a> {
     Tcp(u16),
 }
 
+/// The HTTP filters every test Envoy runs: ext_proc to the `policy_kernel`
+/// cluster as `deploy/envoy.yaml` sets it up (request headers only, the
+/// kernel's `mode_override` for the rest, route name and client address as
+/// attributes, the kernel's metadata accepted), then the router. Indented
+/// for an `http_connection_manager`'s `typed_config`.
+pub fn ext_proc_filters(message_timeout: &str) -> String {
+    format!(
+        r#"          http_filters:
+          - name: envoy.filters.http.ext_proc
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor
+              grpc_service:
+                envoy_grpc: {{cluster_name: policy_kernel}}
+              failure_mode_allow: false
+              allow_mode_override: true
+              message_timeout: {message_timeout}
+              request_attributes: ["xds.route_name", "source.address"]
+              processing_mode:
+                request_header_mode: SEND
+                response_header_mode: SKIP
+                request_body_mode: NONE
+                response_body_mode: NONE
+                request_trailer_mode: SKIP
+                response_trailer_mode: SKIP
+              mutation_rules: {{allow_all_routing: true}}
+              metadata_options:
+                receiving_namespaces: {{untyped: ["policy_kernel"]}}
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+"#
+    )
+}
+
 fn config(kernel: KernelAt<'_>, upstream: u16) -> String {
     let kernel_address = match kernel {
         KernelAt::Socket(path) => format!("pipe: {{path: {}}}", path.display()),
@@ -98,30 +132,7 @@ static_resources:
               - name: unlisted
                 match: {{prefix: "/"}}
                 route: {{cluster: upstream}}
-          http_filters:
-          - name: envoy.filters.http.ext_proc
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor
-              grpc_service:
-                envoy_grpc: {{cluster_name: policy_kernel}}
-              failure_mode_allow: false
-              allow_mode_override: true
-              message_timeout: 5s
-              request_attributes: ["xds.route_name", "source.address"]
-              processing_mode:
-                request_header_mode: SEND
-                response_header_mode: SKIP
-                request_body_mode: NONE
-                response_body_mode: NONE
-                request_trailer_mode: SKIP
-                response_trailer_mode: SKIP
-              mutation_rules: {{allow_all_routing: true}}
-              metadata_options:
-                receiving_namespaces: {{untyped: ["policy_kernel"]}}
-          - name: envoy.filters.http.router
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-  clusters:
+{filters}  clusters:
   - name: policy_kernel
     type: STATIC
     connect_timeout: 1s
@@ -140,7 +151,8 @@ static_resources:
     load_assignment:
       cluster_name: upstream
       endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {upstream}}}}}}}}}]}}]
-"#
+"#,
+        filters = ext_proc_filters("5s")
     )
 }
 

@@ -127,30 +127,7 @@ static_resources:
 {routes}              - name: unlisted
                 match: {{prefix: "/"}}
                 route: {{cluster: upstream, timeout: 30s}}
-          http_filters:
-          - name: envoy.filters.http.ext_proc
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor
-              grpc_service:
-                envoy_grpc: {{cluster_name: policy_kernel}}
-              failure_mode_allow: false
-              allow_mode_override: true
-              message_timeout: {timeout}s
-              request_attributes: ["xds.route_name", "source.address"]
-              processing_mode:
-                request_header_mode: SEND
-                response_header_mode: SKIP
-                request_body_mode: NONE
-                response_body_mode: NONE
-                request_trailer_mode: SKIP
-                response_trailer_mode: SKIP
-              mutation_rules: {{allow_all_routing: true}}
-              metadata_options:
-                receiving_namespaces: {{untyped: ["policy_kernel"]}}
-          - name: envoy.filters.http.router
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-  clusters:
+{filters}  clusters:
   - name: policy_kernel
     type: STATIC
     connect_timeout: 1s
@@ -173,8 +150,8 @@ static_resources:
       endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {upstream}}}}}}}}}]}}]
 "#,
         limit = o.buffer_limit,
-        timeout = o.message_timeout_ms as f64 / 1000.0,
-        sock = kernel_socket.display()
+        sock = kernel_socket.display(),
+        filters = super::envoy::ext_proc_filters(&format!("{}s", o.message_timeout_ms as f64 / 1000.0))
     )
 }
 
