@@ -206,11 +206,9 @@ impl Streamer {
             // Part of an event: held until it is complete.
             return replaced(Bytes::new(), body.is_empty());
         }
-        let meta_keys = cx.meta.len();
         let mut cx = cx;
         let outcome = self.run(&mut cx, events, end_of_stream).await;
         self.seq += 1;
-        let meta_changed = cx.meta.len() != meta_keys || outcome.metadata_set;
         let mut resp = match outcome.end {
             Some((reason, message)) => return self.end(&cx, outcome.events, &reason, &message),
             None if !outcome.replaced && held_before == 0 && self.framer.as_ref().is_none_or(|f| f.held() == 0) => {
@@ -224,7 +222,7 @@ impl Streamer {
                 replaced(out, false)
             }
         };
-        if meta_changed {
+        if outcome.metadata_set {
             resp.dynamic_metadata = Some(translate::dynamic_metadata(&cx.route.name, cx.meta));
         }
         if end_of_stream {
