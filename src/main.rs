@@ -57,18 +57,9 @@ fn main() -> anyhow::Result<()> {
 }
 
 /// The async runtime: `server.worker_threads` threads (0: one per CPU the
-/// process may use); one thread runs a single-threaded runtime.
+/// process may use); one thread, or one CPU, runs a current-thread runtime.
 fn runtime(threads: u16) -> std::io::Result<tokio::runtime::Runtime> {
-    let mut builder = if threads == 1 {
-        tokio::runtime::Builder::new_current_thread()
-    } else {
-        let mut b = tokio::runtime::Builder::new_multi_thread();
-        if threads > 1 {
-            b.worker_threads(threads.into());
-        }
-        b
-    };
-    builder.enable_all().thread_name("policy-kernel").build()
+    policy_net::runtime::build(threads.into(), "policy-kernel")
 }
 
 async fn serve(path: PathBuf, cfg: config::KernelConfig) -> anyhow::Result<()> {

@@ -19,9 +19,19 @@ pub struct ServeArgs {
     /// Log JSON lines instead of text (the level comes from RUST_LOG, default info).
     #[arg(long)]
     pub log_json: bool,
+    /// Threads that run calls: 0 = one per CPU the process may use, and a
+    /// single-threaded runtime when that is one CPU; 1 = single-threaded.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub worker_threads: usize,
 }
 
 impl ServeArgs {
+    /// The async runtime for `--worker-threads` (see [`policy_net::runtime`]:
+    /// a current-thread runtime on one CPU, which costs least there).
+    pub fn runtime(&self) -> std::io::Result<tokio::runtime::Runtime> {
+        policy_net::runtime::build(self.worker_threads, "policy-agent")
+    }
+
     /// Applies the flags to an agent builder.
     pub fn apply(&self, builder: AgentBuilder) -> AgentBuilder {
         builder

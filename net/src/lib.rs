@@ -1,8 +1,9 @@
 //! Shared by the kernel and its agents: Unix-socket streams that wake their
 //! task only for reads ([`UnixConn`]), the gRPC codec of the agent protocol
 //! ([`codec::ContiguousCodec`]), and log output that never blocks the
-//! threads that log ([`log_output::Output`]), and the framing of
-//! server-sent events in streamed bodies ([`sse`]).
+//! threads that log ([`log_output::Output`]), the framing of
+//! server-sent events in streamed bodies ([`sse`]), and the async runtime
+//! sized to the CPUs the process may use ([`runtime`]).
 //!
 //! Tokio registers every socket with epoll for readability and writability
 //! (edge-triggered). On a Unix stream socket the kernel signals writability
@@ -27,6 +28,7 @@ use std::task::{ready, Context, Poll};
 
 pub mod codec;
 pub mod log_output;
+pub mod runtime;
 pub mod sse;
 
 /// Agent calls the kernel may cancel before an agent's server has accepted

@@ -30,9 +30,12 @@ struct Args {
     serve: ServeArgs,
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    args.serve.runtime()?.block_on(run(args))
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
     init_tracing(args.serve.log_json);
     let keys = match &args.api_keys {
         Some(path) => ApiKeyStore::load(path).context("loading --api-keys")?,

@@ -74,12 +74,15 @@ fn verify(path: &std::path::Path) -> ExitCode {
     }
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<ExitCode> {
+fn main() -> anyhow::Result<ExitCode> {
     let args = Args::parse();
     if let Some(Command::VerifyAudit { path }) = &args.command {
         return Ok(verify(path));
     }
+    args.serve.runtime()?.block_on(run(args))
+}
+
+async fn run(args: Args) -> anyhow::Result<ExitCode> {
     init_tracing(args.serve.log_json);
     if args.audit_fsync_lines == 0 {
         anyhow::bail!("--audit-fsync-lines must be at least 1");

@@ -118,9 +118,13 @@ impl ExternalProcessor for Floor {
     }
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    // As the kernel's: a current-thread runtime on one CPU.
+    policy_net::runtime::build(0, "pk-floor")?.block_on(serve(cli))
+}
+
+async fn serve(cli: Cli) -> anyhow::Result<()> {
     if cli.socket.exists() {
         std::fs::remove_file(&cli.socket)?;
     }

@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# The cost of one agent hop, as a new user meets it: every scenario through
+# one Envoy 1.40 (--concurrency 1), Envoy and the ext_proc server (and its
+# agent) pinned to core 0, the load on core 1: h2load, 16 connections, one
+# stream each, closed loop, N requests (default 20,000) per run, ROUNDS
+# rounds (default 3) of every scenario in turn; the table gives the medians.
+# Envoy sends request and response headers to ext_proc (two messages per
+# stream). The kernel's configuration is the shipped default: only its
+# sockets, its two agents and two routes are set (log level info, worker
+# threads from the CPUs it may use).
+#   E0   Envoy without ext_proc
+#   F    pk-floor: a do-nothing ext_proc server (CONTINUE to both messages)
+#   K0   the kernel, a route it does not know (no agent call)
+#   K1   the kernel and the Rust SDK's example-agent, addHeader (one request
+#        header set) on the route
+#   K1py the kernel and the Python example agent, blockUserAgents (passes
+#        and sets one request header) on the route
+# CPU per request is each process's utime+stime over the run, divided by
+# the requests; "ext_proc" is the server plus its agent; ratios are to F of
+# the same round, the table shows their medians.
+#
+# Usage: bash benches/hop.sh [BIN_DIR]   (default target/release; make bench
+#        runs it; PK_HOP_REQUESTS, PK_HOP_ROUNDS, PK_HOP_SCENARIOS override,
+#        RUN=DIR keeps the logs and hop.md, the table, in DIR)
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=benches/lib.sh
+. "$ROOT/benches/lib.sh"
+BIN=${1:-$ROOT/target/release}
+N=${PK_HOP_REQUESTS:-20000}
+ROUNDS=${PK_HOP_ROUNDS:-3}
+SCENARIOS=${PK_HOP_SCENARIOS:-E0 F K0 K1 K1py}
+RUN=${RUN:-$(mktemp -d /tmp/pk-hop.XXXXXX)}
+mkdir -p "$RUN"
+SUT_CPU=0 LG_CPU=1
+[ "$(nproc)" -ge 2 ] || LG_CPU=0
+CLK_TCK=$(getconf CLK_TCK)
+ENVOY=${ENVOY_BIN:-$(venv_envoy)}
+PY="$ROOT/.venv/bin/python"
+trap cleanup EXIT
+for need in "$ENVOY" "$BIN/policy-kernel" "$BIN/example-agent" "$BIN/pk-floor"; do
+  [ -x "$need" ] || { echo "hop.sh: $need missing (make setup; cargo build --release --workspace)" >&2; exit 1; }
+done
+command -v h2load >/dev/null || { echo "hop.sh: h2load missing (apt-get install nghttp2-client)" >&2; exit 1; }
+
+cpu_us() { local s; s=$(cat "/proc/$1/stat") || return 1; s=${s##*) }; set -- $s; echo $(( (${12} + ${13}) * (1000000 / CLK_TCK) )); }
+start() { # start NAME CMD...: on core SUT_CPU, logs in RUN, pid in LAST_PID
+  local name=$1; shift
+  taskset -c "$SUT_CPU" "$@" >"$RUN/$name.log" 2>&1 &
+  LAST_PID=$!; PIDS+=("$LAST_PID")
+}
+
+read -r PORT ADMIN UPSTREAM <<<"$(free_ports 3)"
+for mode in with without; do
+  envoy_config "$RUN/envoy-$mode.yaml" "$PORT" "$ADMIN" "$UPSTREAM" "$RUN/kernel.sock" "$mode"
+  sed -i 's/response_header_mode: SKIP/response_header_mode: SEND/' "$RUN/envoy-$mode.yaml"
+done
+cat >"$RUN/kernel.yaml" <<EOF
+# The shipped defaults, but for the sockets, the agents and the routes.
+policy_kernel:
+  server:
+    address: "127.0.0.1"
+    port: 0
+    socket_path: "$RUN/kernel.sock"
+  agents:
+    - name: example
+      socket_path: "$RUN/example.sock"
+    - name: python
+      socket_path: "$RUN/python.sock"
+  route_policies:
+    - route_name: k1
+      request_policy_chain:
+        - policy: addHeader
+          params: {name: x-hop, value: "1"}
+    - route_name: kb # K1py (benches/configs/envoy.yaml routes /kb here)
+      request_policy_chain:
+        - policy: blockUserAgents
+          params: {blocked: "no-such-agent"}
+  observability:
+    metrics_port: 0
+EOF
+
+start_envoy() {
+  start "envoy-$1" "$ENVOY" -c "$RUN/envoy-$1.yaml" --concurrency 1 --disable-hot-restart -l warning --base-id "$PORT"
+  ENVOY_PID=$LAST_PID
+  wait_for 30 envoy_live "$ADMIN" || { echo "envoy did not start: $RUN/envoy-$1.log" >&2; exit 1; }
+}
+# stack SCENARIO: starts what SCENARIO needs; sets SERVER_PID, AGENT_PID, PATH_
+stack() {
+  cleanup; rm -f "$RUN"/*.sock
+  SERVER_PID="" AGENT_PID=""
+  case $1 in
+    E0) start_envoy without ;;
+    F) start floor "$BIN/pk-floor" --socket "$RUN/kernel.sock" --messages 2; SERVER_PID=$LAST_PID
+       wait_for 20 test -S "$RUN/kernel.sock"; start_envoy with ;;
+    K0|K1|K1py)
+      start example "$BIN/example-agent" --socket "$RUN/example.sock"; EXAMPLE_PID=$LAST_PID
+      start python "$PY" "$ROOT/agents/examples/python/agent.py" --socket "$RUN/python.sock"; PYTHON_PID=$LAST_PID
+      wait_for 30 test -S "$RUN/example.sock"; wait_for 60 test -S "$RUN/python.sock"
+      start kernel "$BIN/policy-kernel" --config "$RUN/kernel.yaml"; SERVER_PID=$LAST_PID
+      wait_for 30 test -S "$RUN/kernel.sock"
+      wait_for 30 sh -c "[ \$(grep -c 'agent discovered' '$RUN/kernel.log') -ge 2 ]" \
+        || { echo "agents not discovered: $RUN/kernel.log" >&2; exit 1; }
+      start_envoy with
+      [ "$1" = K1 ] && AGENT_PID=$EXAMPLE_PID
+      [ "$1" = K1py ] && AGENT_PID=$PYTHON_PID ;;
+  esac
+  case $1 in K0) PATH_=/k0/hop ;; K1py) PATH_=/kb/hop ;; *) PATH_=/k1/hop ;; esac
+}
+# measure SCENARIO ROUND: one warm-up of N/10 requests, then N; a JSON line
+measure() {
+  local h="http://127.0.0.1:$PORT$PATH_" e0 s0 a0 e1 s1 a1 out="$RUN/h2load-$1-$2.txt"
+  taskset -c "$LG_CPU" h2load -n $((N / 10)) -c 16 -m 1 "$h" >/dev/null 2>&1 || true
+  e0=$(cpu_us "$ENVOY_PID"); s0=${SERVER_PID:+$(cpu_us "$SERVER_PID")}; a0=${AGENT_PID:+$(cpu_us "$AGENT_PID")}
+  taskset -c "$LG_CPU" timeout 300 h2load -n "$N" -c 16 -m 1 "$h" >"$out" 2>&1 || true
+  e1=$(cpu_us "$ENVOY_PID"); s1=${SERVER_PID:+$(cpu_us "$SERVER_PID")}; a1=${AGENT_PID:+$(cpu_us "$AGENT_PID")}
+  python3 - "$1" "$2" "$N" "$out" "$e0" "$e1" "${s0:-0}" "${s1:-0}" "${a0:-0}" "${a1:-0}" <<'PY'
+import json, re, sys
+sc, rnd, n, out, e0, e1, s0, s1, a0, a1 = sys.argv[1:]
+n = int(n); text = open(out).read()
+rps = re.search(r"finished in [\d.]+m?s, ([\d.]+) req/s", text)
+ok = re.search(r"requests: \d+ total, \d+ started, \d+ done, (\d+) succeeded, (\d+) failed", text)
+codes = re.search(r"status codes: (\d+) 2xx", text)
+print(json.dumps({"scenario": sc, "round": int(rnd), "rps": float(rps.group(1)) if rps else 0.0,
+  "ok": int(codes.group(1)) if codes else 0, "failed": int(ok.group(2)) if ok else n,
+  "envoy_us": (int(e1) - int(e0)) / n, "server_us": (int(s1) - int(s0)) / n, "agent_us": (int(a1) - int(a0)) / n}))
+PY
+}
+
+: >"$RUN/hop.jsonl"
+for round in $(seq 1 "$ROUNDS"); do
+  for sc in $SCENARIOS; do
+    stack "$sc"
+    # An agent that did not answer shows as non-2xx (the kernel's 503).
+    measure "$sc" "$round" | tee -a "$RUN/hop.jsonl" >&2
+  done
+  cleanup
+done
+
+python3 - "$RUN/hop.jsonl" "$N" "$ROUNDS" <<'PY' | tee "$RUN/hop.md"
+import json, statistics as st, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+n, rounds = sys.argv[2], sys.argv[3]
+by = {}
+for r in rows:
+    r["ext_us"] = r["server_us"] + r["agent_us"]
+    by.setdefault(r["scenario"], []).append(r)
+floor = {r["round"]: r for r in by.get("F", [])}
+def med(xs): return st.median(xs) if xs else float("nan")
+print(f"One agent hop through Envoy (benches/hop.sh): {n} requests x {rounds} rounds, h2load -c 16 -m 1, medians; CPU per request in µs; ratios to F of the same round")
+print()
+print("| scenario | req/s | Envoy | server | agent | ext_proc (server + agent) | ext_proc / F | req/s / F | non-2xx or failed |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+for sc, rs in by.items():
+    cpu_ratio = [r["ext_us"] / floor[r["round"]]["ext_us"] for r in rs if r["round"] in floor and floor[r["round"]]["ext_us"] > 0]
+    rps_ratio = [r["rps"] / floor[r["round"]]["rps"] for r in rs if r["round"] in floor and floor[r["round"]]["rps"] > 0]
+    bad = sum(int(n) - r["ok"] for r in rs)
+    cr = f"{med(cpu_ratio):.2f}x" if cpu_ratio and sc not in ("E0",) else "-"
+    rr = f"{med(rps_ratio):.2f}" if rps_ratio else "-"
+    print(f"| {sc} | {med([r['rps'] for r in rs]):,.0f} | {med([r['envoy_us'] for r in rs]):.1f} | {med([r['server_us'] for r in rs]):.1f} | {med([r['agent_us'] for r in rs]):.1f} | {med([r['ext_us'] for r in rs]):.1f} | {cr} | {rr} | {bad} |")
+PY
