@@ -201,7 +201,12 @@ async fn serve(path: PathBuf, mut cfg: config::KernelConfig) -> anyhow::Result<(
         Some(p) => {
             let m = p.start(kernel.clone(), path.clone()).await;
             let bound = m.spawn_listeners().await?;
-            tracing::info!(address = ?bound.tcp, socket = ?bound.socket, "management API");
+            if let Some(addr) = bound.tcp {
+                tracing::info!(address = %addr, "management API listening");
+            }
+            if let Some(path) = &bound.socket {
+                tracing::info!(socket = %path.display(), "management API listening");
+            }
             Some(m)
         }
         None => None,
