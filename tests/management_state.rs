@@ -36,13 +36,19 @@ fn file_routes(k: &str, extra: &str) -> String {
 async fn answer(kernel: &KernelProc, route: &str) -> String {
     let mut client = extproc::connect(&kernel.socket).await;
     let mut s = Stream::open(&mut client, None).await;
-    let r = s.exchange(extproc::request_headers(Some(route), &[(":path", "/")])).await;
+    let r = s
+        .exchange(extproc::request_headers(Some(route), &[(":path", "/")]))
+        .await;
     match r.response {
         Some(Response::ImmediateResponse(i)) => format!("status {}", i.status.map(|s| s.code).unwrap_or(0)),
         Some(Response::RequestHeaders(h)) => h
             .response
             .and_then(|c| c.header_mutation)
-            .and_then(|m| m.set_headers.into_iter().find(|o| o.header.as_ref().is_some_and(|h| h.key == "x-tag")))
+            .and_then(|m| {
+                m.set_headers
+                    .into_iter()
+                    .find(|o| o.header.as_ref().is_some_and(|h| h.key == "x-tag"))
+            })
             .and_then(|o| o.header)
             .map(|h| String::from_utf8_lossy(&h.raw_value).into_owned())
             .unwrap_or_else(|| "continue".into()),
@@ -91,12 +97,19 @@ async fn api_changes_survive_a_restart_and_win_over_the_file_on_sighup() {
         api.get("/v1/config").await["agents"][0]["discovered"] == true
     })
     .await;
-    assert_eq!(api.version().await, version, "a restart with nothing new keeps the version");
+    assert_eq!(
+        api.version().await,
+        version,
+        "a restart with nothing new keeps the version"
+    );
     assert_eq!(api.get("/v1/versions").await, history);
     assert_eq!(api.route_names().await, ["/a1", "/f1"]);
     assert_eq!(answer(&kernel, "/f1").await, "api");
     assert_eq!(answer(&kernel, "/a1").await, "added");
-    assert_eq!(log_lines(&kernel, "overridden by a change made through the management API").len(), 1);
+    assert_eq!(
+        log_lines(&kernel, "overridden by a change made through the management API").len(),
+        1
+    );
 
     // The file changes /f1 and adds /f2; SIGHUP: /f1 stays the API's.
     kernel.write_config(&format!(
@@ -107,7 +120,10 @@ async fn api_changes_survive_a_restart_and_win_over_the_file_on_sighup() {
         )
     ));
     kernel.proc.signal("HUP");
-    until("reloaded", Duration::from_secs(10), || async { api.version().await == version + 1 }).await;
+    until("reloaded", Duration::from_secs(10), || async {
+        api.version().await == version + 1
+    })
+    .await;
     assert_eq!(api.route_names().await, ["/a1", "/f1", "/f2"]);
     assert_eq!(answer(&kernel, "/f1").await, "api");
     assert_eq!(answer(&kernel, "/f2").await, "f2");
@@ -163,12 +179,19 @@ async fn a_persisted_change_that_became_invalid_is_kept_logged_and_answered_500(
     let api = Api::of(&kernel);
     assert_eq!(api.route_names().await, ["/f1", "/on-a2"], "never dropped");
     let cfg = api.get("/v1/config").await;
-    let on_a2 = cfg["routes"].as_array().unwrap().iter().find(|r| r["route_name"] == "/on-a2").unwrap();
+    let on_a2 = cfg["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["route_name"] == "/on-a2")
+        .unwrap();
     assert_eq!(on_a2["valid"], false, "{cfg}");
     assert_eq!(answer(&kernel, "/on-a2").await, "status 500");
     let logged = log_lines(&kernel, "cannot be served now");
     assert!(
-        logged.iter().any(|l| l["route"] == "/on-a2" && l["policy"] == "onlyOnA2"),
+        logged
+            .iter()
+            .any(|l| l["route"] == "/on-a2" && l["policy"] == "onlyOnA2"),
         "{}",
         kernel.log()
     );
