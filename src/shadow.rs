@@ -161,3 +161,77 @@ impl Drop for Shadow {
             phase = self.phase, reason = %self.reason, "shadow route: the chain's decision was not applied");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregate::Immediate;
+    use crate::snapshot::Snapshot;
+
+    fn route() -> Arc<Route> {
+        let cfg = crate::config::parse(
+            "policy_kernel:\n  route_policies:\n    - route_name: shadowed\n      mode: shadow\n      request_policy_chain:\n        - policy: p\n",
+        )
+        .unwrap();
+        let snap = Snapshot::build(Arc::new(cfg), Vec::new(), 1);
+        assert_eq!(snap.routes["shadowed"].mode, crate::config::RouteMode::Shadow);
+        Arc::clone(&snap.routes["shadowed"])
+    }
+
+    fn decision_meta(resp: &ProcessingResponse) -> String {
+        use envoy_types::pb::google::protobuf::value::Kind;
+        let outer = resp.dynamic_metadata.as_ref().unwrap();
+        let Some(Kind::StructValue(inner)) = &outer.fields[translate::METADATA_NAMESPACE].kind else {
+            panic!("no namespace")
+        };
+        match &inner.fields["shadow_decision"].kind {
+            Some(Kind::StringValue(s)) => s.clone(),
+            _ => panic!("no decision"),
+        }
+    }
+
+    #[test]
+    fn a_denial_becomes_a_plain_continue_and_is_remembered() {
+        let mut s = Shadow::new(route());
+        let deny = translate::immediate(&Immediate {
+            status: 403,
+            headers: Vec::new(),
+            body: bytes::Bytes::from_static(b"no"),
+            reason: "guard".into(),
+        });
+        let out = s.neutralize(Answer::RequestHeaders, deny);
+        assert!(matches!(out.response, Some(Response::RequestHeaders(ref h)) if h.response.is_none()));
+        assert!(out.mode_override.is_some(), "no further messages for this request");
+        assert_eq!(s.decision(), Decision::Deny(403));
+        assert_eq!(decision_meta(&out), "deny");
+        // A later allow does not hide the denial.
+        let out = s.neutralize(
+            Answer::ResponseHeaders,
+            translate::respond(Answer::ResponseHeaders, None),
+        );
+        assert_eq!(decision_meta(&out), "deny");
+    }
+
+    #[test]
+    fn mutations_are_dropped_and_counted_as_modify() {
+        let mut s = Shadow::new(route());
+        let mut common = CommonResponse::default();
+        common.header_mutation = Some(Default::default());
+        let out = s.neutralize(
+            Answer::RequestHeaders,
+            translate::respond(Answer::RequestHeaders, Some(common)),
+        );
+        assert_eq!(s.decision(), Decision::Allow, "an empty mutation changes nothing");
+        assert_eq!(decision_meta(&out), "allow");
+        let common = CommonResponse {
+            status: 1,
+            ..Default::default()
+        };
+        let out = s.neutralize(
+            Answer::RequestBody,
+            translate::respond(Answer::RequestBody, Some(common)),
+        );
+        assert!(matches!(out.response, Some(Response::RequestBody(ref b)) if b.response.is_none()));
+        assert_eq!(s.decision(), Decision::Modify);
+    }
+}
