@@ -124,3 +124,77 @@ fn check_entry(entry: &ChainEntry, phase: Phase, agents: &[Arc<AgentHandle>]) ->
     }
     Err(problems.join("; "))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::AgentConfig;
+    use crate::proto::PolicyInfo;
+    use crate::registry::Discovered;
+
+    fn agent(name: &str, info: PolicyInfo, healthy: bool) -> Arc<AgentHandle> {
+        let cfg: AgentConfig =
+            serde_yaml::from_str(&format!("name: {name}\nsocket_path: /nonexistent/{name}.sock")).unwrap();
+        let a = AgentHandle::new(cfg);
+        a.set_discovered(Discovered {
+            agent_name: name.into(),
+            agent_version: "1".into(),
+            policies: [(info.name.clone(), info)].into_iter().collect(),
+        });
+        a.set_healthy(healthy);
+        a
+    }
+
+    fn info(phases: PolicyPhase) -> PolicyInfo {
+        PolicyInfo {
+            name: "p".into(),
+            param_schema: vec!["k".into(), "opt".into()],
+            required_params: vec!["k".into()],
+            supported_phases: phases as i32,
+            ..Default::default()
+        }
+    }
+
+    fn route(yaml: &str) -> RoutePolicy {
+        serde_yaml::from_str(&format!("route_name: /r\n{yaml}")).unwrap()
+    }
+
+    fn reasons(r: &RoutePolicy, agents: &[Arc<AgentHandle>]) -> Vec<String> {
+        check_route(r, agents).into_iter().map(|e| e.reason).collect()
+    }
+
+    #[test]
+    fn each_kind_of_problem_is_named() {
+        let a = [agent("a", info(PolicyPhase::Request), true)];
+        let ok = route("request_policy_chain: [{policy: p, params: {k: 1}}]");
+        assert!(check_route(&ok, &a).is_empty());
+        let r = route("request_policy_chain: [{policy: p, params: {k: 1}}, {policy: q}]");
+        let e = check_route(&r, &a);
+        assert_eq!((e[0].index, e[0].phase, e[0].policy.as_str()), (1, "request", "q"));
+        assert!(e[0].reason.contains("no discovered agent"), "{e:?}");
+        let r = route("request_policy_chain: [{policy: p, params: {k: 1, x: 2}}]");
+        assert!(reasons(&r, &a)[0].contains("unknown params [\"x\"]"));
+        let r = route("request_policy_chain: [{policy: p, params: {opt: 2}}]");
+        assert!(reasons(&r, &a)[0].contains("required params missing [\"k\"]"));
+        let r = route("response_policy_chain: [{policy: p, params: {k: 1}}]");
+        let e = check_route(&r, &a);
+        assert_eq!(e[0].phase, "response");
+        assert!(e[0].reason.contains("another phase"), "{e:?}");
+        let r = route("request_policy_chain: [{policy: p, params: {k: 1}, agent: b}]");
+        assert!(reasons(&r, &a)[0].contains("\"b\" is not configured"));
+    }
+
+    #[test]
+    fn unhealthy_agents_do_not_count() {
+        let sick = [agent("a", info(PolicyPhase::RequestResponse), false)];
+        let r = route("request_policy_chain: [{policy: p, params: {k: 1}}]");
+        assert!(reasons(&r, &sick)[0].contains("unhealthy"));
+        let mixed = [
+            agent("a", info(PolicyPhase::RequestResponse), false),
+            agent("b", info(PolicyPhase::RequestResponse), true),
+        ];
+        assert!(check_route(&r, &mixed).is_empty(), "another healthy agent serves it");
+        let r = route("request_policy_chain: [{policy: p, params: {k: 1}, agent: a}]");
+        assert!(reasons(&r, &mixed)[0].contains("\"a\" is unavailable or unhealthy"));
+    }
+}
