@@ -215,8 +215,10 @@ mod tests {
     #[test]
     fn mutations_are_dropped_and_counted_as_modify() {
         let mut s = Shadow::new(route());
-        let mut common = CommonResponse::default();
-        common.header_mutation = Some(Default::default());
+        let common = CommonResponse {
+            header_mutation: Some(Default::default()),
+            ..Default::default()
+        };
         let out = s.neutralize(
             Answer::RequestHeaders,
             translate::respond(Answer::RequestHeaders, Some(common)),
