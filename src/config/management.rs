@@ -85,3 +85,40 @@ impl ManagementConfig {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    fn parse(section: &str) -> Result<crate::config::KernelConfig, crate::config::ConfigError> {
+        crate::config::parse(&format!("policy_kernel:\n  management:\n{section}"))
+    }
+
+    #[test]
+    fn listeners_and_files_are_checked() {
+        let files = "    tokens_file: /t\n    state_path: /s\n";
+        let ok = parse(&format!("    listen: 127.0.0.1:0\n{files}")).unwrap();
+        let m = ok.management.unwrap();
+        assert_eq!(m.history, 20);
+        assert!(m.listen_addr().unwrap().is_some());
+        assert!(parse(&format!("    socket: /run/m.sock\n    allowed_uids: [1]\n{files}")).is_ok());
+        let e = parse(&format!("    listen: 0.0.0.0:9\n{files}"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("management.listen") && e.contains("loopback"), "{e}");
+        let e = parse(files).unwrap_err().to_string();
+        assert!(e.contains("set listen, socket or both"), "{e}");
+        let e = parse(&format!("    listen: nope\n{files}")).unwrap_err().to_string();
+        assert!(e.contains("address:port"), "{e}");
+        let e = parse(&format!("    listen: 127.0.0.1:0\n    history: 0\n{files}"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("management.history"), "{e}");
+        let e = parse("    listen: 127.0.0.1:0\n    state_path: /s\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("tokens_file"), "{e}");
+        assert!(crate::config::parse("policy_kernel: {}\n")
+            .unwrap()
+            .management
+            .is_none());
+    }
+}
