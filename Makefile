@@ -12,7 +12,7 @@ ENVOY_STAMP   := $(VENV)/.envoy-$(ENVOY_VERSION)
 # or stops with one line naming them and the command to install them.
 NEED_SETUP  := python3-venv:python3-venv
 NEED_RUN    := curl:curl
-NEED_TEST   := redis-server:redis-server promtool:prometheus prometheus:prometheus
+NEED_TEST   := redis-server:redis-server promtool:prometheus prometheus:prometheus curl:curl setpriv:util-linux
 NEED_OBSERVE := prometheus:prometheus curl:curl
 NEED_DEPLOY := docker-compose:docker-compose
 

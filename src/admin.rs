@@ -32,6 +32,7 @@ impl Admin {
     /// Endpoints over `kernel`; not ready until [`Admin::set_ready`].
     pub fn new(kernel: Arc<Kernel>) -> Self {
         crate::stream::metrics::register();
+        crate::shadow::register();
         Self {
             kernel,
             ready: Arc::new(AtomicBool::new(false)),
@@ -102,6 +103,7 @@ impl Admin {
                 let problems = r.problems();
                 json!({
                     "route_name": r.name,
+                    "mode": r.mode.as_str(),
                     "valid": problems.is_empty(),
                     "problems": problems,
                     "request_policy_chain": chain(&r.request),

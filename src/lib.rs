@@ -18,6 +18,9 @@
 //! - [`server`] — TCP and Unix-socket listeners.
 //! - [`admin`] — `/metrics`, `/healthz`, `/readyz` and `/config`.
 //! - [`reload`] — SIGHUP reload through [`kernel::Kernel::apply`].
+//! - [`management`] — the management API: routes changed over HTTP with
+//!   strict validation, versions, rollback and a persisted state.
+//! - [`shadow`] — shadow-mode routes: the chain runs, Envoy gets CONTINUE.
 //! - [`validate`] — the `validate` command's checks and route table.
 //! - [`telemetry`] — JSON logs, Prometheus metrics, OpenTelemetry traces.
 //! - [`proto`] — generated types of `proto/policy_agent.proto`.
@@ -29,11 +32,13 @@ pub mod config;
 pub mod envoy;
 pub mod http;
 pub mod kernel;
+pub mod management;
 pub mod plan;
 pub mod proto;
 pub mod registry;
 pub mod reload;
 pub mod server;
+pub mod shadow;
 pub mod snapshot;
 pub mod stream;
 pub mod telemetry;

@@ -4,6 +4,9 @@
 //!   drains (a second signal exits at once); SIGHUP reloads the file.
 //! - `policy-kernel validate --config=PATH [--check-agents]` checks a file and
 //!   prints its route table, like `nginx -t`.
+//! - `policy-kernel config (--addr HOST:PORT | --socket PATH) SUBCOMMAND`
+//!   talks to a running kernel's management API; the token comes from
+//!   `--token-file` or the `POLICY_KERNEL_TOKEN` environment variable.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -11,6 +14,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use policy_kernel::management::{self, client};
 use policy_kernel::{admin::Admin, config, kernel::Kernel, reload, server, telemetry, validate};
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -39,16 +43,118 @@ enum Command {
         #[arg(long)]
         check_agents: bool,
     },
+    /// Read or change the routes of a running kernel through its management API.
+    Config {
+        /// `HOST:PORT` of `management.listen`.
+        #[arg(long)]
+        addr: Option<String>,
+        /// Path of `management.socket`.
+        #[arg(long)]
+        socket: Option<PathBuf>,
+        /// File holding the bearer token (else `POLICY_KERNEL_TOKEN`).
+        #[arg(long)]
+        token_file: Option<PathBuf>,
+        /// Version for If-Match on writes (default: the current one, read first).
+        #[arg(long)]
+        if_match: Option<u64>,
+        #[command(subcommand)]
+        action: ConfigAction,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ConfigAction {
+    /// Print the version and the effective configuration.
+    Get,
+    /// Create or replace the route in FILE (YAML or JSON).
+    PutRoute {
+        /// The route file.
+        file: PathBuf,
+    },
+    /// Remove a route.
+    DeleteRoute {
+        /// The route name.
+        name: String,
+    },
+    /// Dry-run a route file, or a kernel file's routes; nothing changes.
+    Validate {
+        /// The file.
+        file: PathBuf,
+    },
+    /// List the stored versions.
+    Versions,
+    /// Restore the routes of version N.
+    Rollback {
+        /// The version.
+        version: u64,
+    },
+    /// Show the routes that differ between versions N and M.
+    Diff {
+        /// The older version.
+        from: u64,
+        /// The newer version.
+        to: u64,
+    },
+}
+
+fn token(file: Option<&std::path::Path>) -> anyhow::Result<String> {
+    let token = match file {
+        Some(f) => std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?,
+        None => std::env::var("POLICY_KERNEL_TOKEN").context("give --token-file or set POLICY_KERNEL_TOKEN")?,
+    };
+    Ok(token.trim().to_string())
+}
+
+fn config_command(
+    addr: Option<String>,
+    socket: Option<PathBuf>,
+    token_file: Option<PathBuf>,
+    if_match: Option<u64>,
+    action: ConfigAction,
+) -> anyhow::Result<bool> {
+    let client = client::Client {
+        addr,
+        socket,
+        token: token(token_file.as_deref())?,
+    };
+    let command = match action {
+        ConfigAction::Get => client::Command::Get,
+        ConfigAction::PutRoute { file } => client::Command::PutRoute(file),
+        ConfigAction::DeleteRoute { name } => client::Command::DeleteRoute(name),
+        ConfigAction::Validate { file } => client::Command::Validate(file),
+        ConfigAction::Versions => client::Command::Versions,
+        ConfigAction::Rollback { version } => client::Command::Rollback(version),
+        ConfigAction::Diff { from, to } => client::Command::Diff(from, to),
+    };
+    let (text, ok) = runtime(1)?.block_on(client::run(&client, command, if_match))?;
+    if ok {
+        println!("{text}");
+    } else {
+        eprintln!("{text}");
+    }
+    Ok(ok)
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    if let Some(Command::Config {
+        addr,
+        socket,
+        token_file,
+        if_match,
+        action,
+    }) = cli.command
+    {
+        let ok = config_command(addr, socket, token_file, if_match, action)?;
+        std::process::exit(if ok { 0 } else { 1 });
+    }
     let path = cli.config.context("--config=PATH is required")?;
     match cli.command {
         Some(Command::Validate { check_agents }) => {
             let ok = runtime(0)?.block_on(validate::run(&path, check_agents, &mut std::io::stdout()))?;
             std::process::exit(if ok { 0 } else { 1 });
         }
+        Some(Command::Config { .. }) => Ok(()),
         None => {
             let cfg = config::load(&path)?;
             runtime(cfg.server.worker_threads)?.block_on(serve(path, cfg))
@@ -62,7 +168,7 @@ fn runtime(threads: u16) -> std::io::Result<tokio::runtime::Runtime> {
     policy_net::runtime::build(threads.into(), "policy-kernel")
 }
 
-async fn serve(path: PathBuf, cfg: config::KernelConfig) -> anyhow::Result<()> {
+async fn serve(path: PathBuf, mut cfg: config::KernelConfig) -> anyhow::Result<()> {
     telemetry::init_logging(&cfg.observability.log_level);
     telemetry::tracing::init(&cfg.observability.tracing)?;
     let addr: SocketAddr = format!("{}:{}", cfg.server.address, cfg.server.port)
@@ -79,8 +185,23 @@ async fn serve(path: PathBuf, cfg: config::KernelConfig) -> anyhow::Result<()> {
     let socket = cfg.server.socket_path.clone();
     let listeners = server::Listeners::bind(addr, socket.as_deref()).await?;
     let bound = listeners.local_addr()?;
+    let prepared = management::Prepared::load(&mut cfg)?;
     let kernel = Kernel::start(cfg).await;
     let admin = Admin::new(kernel.clone());
+    let management = match prepared {
+        Some(p) => {
+            let m = p.start(kernel.clone(), path.clone()).await;
+            let bound = m.spawn_listeners().await?;
+            if let Some(addr) = bound.tcp {
+                tracing::info!(address = %addr, "management API listening");
+            }
+            if let Some(path) = &bound.socket {
+                tracing::info!(socket = %path.display(), "management API listening");
+            }
+            Some(m)
+        }
+        None => None,
+    };
     if metrics_on {
         let at = admin
             .clone()
@@ -89,7 +210,7 @@ async fn serve(path: PathBuf, cfg: config::KernelConfig) -> anyhow::Result<()> {
             .context("binding the metrics port")?;
         tracing::info!(address = %at, "metrics and health endpoints");
     }
-    reload::spawn_sighup(kernel.clone(), path)?;
+    reload::spawn_sighup(kernel.clone(), path, management.clone())?;
 
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let draining = std::sync::Arc::new(tokio::sync::Notify::new());
@@ -106,6 +227,9 @@ async fn serve(path: PathBuf, cfg: config::KernelConfig) -> anyhow::Result<()> {
         }
     }
     if let Some(path) = &socket {
+        let _ = std::fs::remove_file(path);
+    }
+    if let Some(path) = management.as_ref().and_then(|m| m.config().socket.clone()) {
         let _ = std::fs::remove_file(path);
     }
     // Exports the spans still buffered. The exporter's gRPC client runs on

@@ -41,15 +41,24 @@ pub async fn reload_file(kernel: &Arc<Kernel>, path: &std::path::Path) -> Option
     }
 }
 
-/// Spawns the SIGHUP listener and the reload worker.
-pub fn spawn_sighup(kernel: Arc<Kernel>, path: PathBuf) -> std::io::Result<()> {
+/// Spawns the SIGHUP listener and the reload worker. With the management
+/// API on, a reload goes through it: the file, with the persisted API
+/// changes on top.
+pub fn spawn_sighup(
+    kernel: Arc<Kernel>,
+    path: PathBuf,
+    management: Option<Arc<crate::management::Management>>,
+) -> std::io::Result<()> {
     let mut hup = signal(SignalKind::hangup())?;
     let pending = Arc::new(Notify::new());
     let worker = Arc::clone(&pending);
     tokio::spawn(async move {
         loop {
             worker.notified().await;
-            reload_file(&kernel, &path).await;
+            match &management {
+                Some(m) => m.reload_file().await,
+                None => reload_file(&kernel, &path).await,
+            };
         }
     });
     tokio::spawn(async move {

@@ -84,6 +84,8 @@ pub struct Chain {
 pub struct Route {
     /// The route name.
     pub name: String,
+    /// `enforce` or `shadow`.
+    pub mode: crate::config::RouteMode,
     /// The request chain.
     pub request: Chain,
     /// The response chain.
@@ -177,6 +179,7 @@ impl Snapshot {
             .map(|r| {
                 let route = Route {
                     name: r.route_name.clone(),
+                    mode: r.mode,
                     request: compile_chain(&r.request_policy_chain, Phase::Request, &agents, &by_name),
                     response: compile_chain(&r.response_policy_chain, Phase::Response, &agents, &by_name),
                     rr: AtomicUsize::new(0),
@@ -244,6 +247,13 @@ fn compile_chain(
                 if let Some(bad) = params.keys().find(|k| !info.param_schema.contains(k)) {
                     reasons.push(format!(
                         "param {bad:?} is not in its param_schema on agent {:?}",
+                        a.name()
+                    ));
+                    continue;
+                }
+                if let Some(missing) = info.required_params.iter().find(|k| !params.contains_key(*k)) {
+                    reasons.push(format!(
+                        "required param {missing:?} is missing for agent {:?}",
                         a.name()
                     ));
                     continue;

@@ -97,6 +97,13 @@ pub trait Policy: Send + Sync + 'static {
         &[]
     }
 
+    /// The parameters a route must give (a subset of `param_schema`). The
+    /// kernel does not run the policy on this agent for a route that leaves
+    /// one out, and its management API refuses such a route.
+    fn required_params(&self) -> &[&str] {
+        &[]
+    }
+
     /// The phases the policy supports.
     fn phases(&self) -> Phases {
         Phases::Request
@@ -191,6 +198,7 @@ impl<P: Policy> DynPolicy for P {
             supported_phases: self.phases().to_proto() as i32,
             requires_body: self.requires_body(),
             streams_response_body: self.streams_response_body(),
+            required_params: self.required_params().iter().map(|s| s.to_string()).collect(),
         }
     }
 

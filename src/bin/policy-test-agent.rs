@@ -11,6 +11,7 @@
 //!   - name: tag
 //!     phases: request_response        # request | response | request_response
 //!     params: [k]                     # param_schema
+//!     required: [k]                   # required_params (subset of params)
 //!     requires_body: false
 //!     delay_ms: 0
 //!     request_id: echo                # or "wrong": reply with another id
@@ -87,6 +88,8 @@ struct ScriptPolicy {
     phases: String,
     #[serde(default)]
     params: Vec<String>,
+    #[serde(default)]
+    required: Vec<String>,
     #[serde(default)]
     requires_body: bool,
     #[serde(default)]
@@ -617,6 +620,7 @@ impl PolicyAgent for Agent {
                     supported_phases: phase(&p.phases) as i32,
                     requires_body: p.requires_body,
                     streams_response_body: p.streams,
+                    required_params: p.required.clone(),
                 })
                 .collect(),
         }))

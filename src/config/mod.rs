@@ -7,11 +7,13 @@
 //! policy, params outside a policy's schema) are not errors here: the snapshot
 //! marks such routes invalid and the rest is served.
 
+mod management;
 mod params;
 mod types;
 
 use std::path::Path;
 
+pub use management::ManagementConfig;
 pub use params::encode_params;
 pub use types::*;
 

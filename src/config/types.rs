@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::net::IpAddr;
 use std::path::PathBuf;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::{encode_params, find_line, ConfigError};
 use crate::http::{valid_header_name, valid_header_value};
@@ -53,6 +53,9 @@ pub struct KernelConfig {
     /// Metrics, logs and traces.
     #[serde(default)]
     pub observability: ObservabilityConfig,
+    /// The management API (off when absent).
+    #[serde(default)]
+    pub management: Option<super::ManagementConfig>,
 }
 
 /// `server:`: where the kernel listens for Envoy.
@@ -201,11 +204,16 @@ impl Default for RetryConfig {
 }
 
 /// One entry of `route_policies:`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RoutePolicy {
     /// The Envoy route name (the route's `name` in Envoy's route config).
     pub route_name: String,
+    /// `enforce` (default): the chain's decision is applied. `shadow`: the
+    /// chain runs and its decision is logged and counted, but Envoy always
+    /// gets a plain CONTINUE.
+    #[serde(default)]
+    pub mode: RouteMode,
     /// Policies run before the upstream is called, in order.
     #[serde(default)]
     pub request_policy_chain: Vec<ChainEntry>,
@@ -214,8 +222,29 @@ pub struct RoutePolicy {
     pub response_policy_chain: Vec<ChainEntry>,
 }
 
+/// `mode` of a route.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RouteMode {
+    /// The chain's decision is applied.
+    #[default]
+    Enforce,
+    /// The chain runs; its decision is only recorded.
+    Shadow,
+}
+
+impl RouteMode {
+    /// Lower-case name for logs and JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RouteMode::Enforce => "enforce",
+            RouteMode::Shadow => "shadow",
+        }
+    }
+}
+
 /// One policy in a chain.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ChainEntry {
     /// Policy name, as agents declare it.
@@ -225,15 +254,15 @@ pub struct ChainEntry {
     pub params: BTreeMap<String, serde_yaml::Value>,
     /// What to do when the call for this policy fails. Unset: the agent's
     /// `fail_open` decides.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_failure: Option<OnFailure>,
     /// Preferred agent, used when it is healthy and supports the policy.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub agent: Option<String>,
 }
 
 /// `on_failure` of a chain entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OnFailure {
     /// Answer with `policy_failure_response`.
@@ -421,6 +450,7 @@ impl KernelConfig {
                 "observability.tracing.otlp_endpoint",
                 t.otlp_endpoint != u.otlp_endpoint,
             ),
+            ("management", self.management != next.management),
         ]
         .into_iter()
         .filter_map(|(field, changed)| changed.then_some(field))
@@ -501,6 +531,9 @@ impl KernelConfig {
                 "must be between 0.0 and 1.0",
                 None,
             ));
+        }
+        if let Some(m) = &self.management {
+            m.validate()?;
         }
         if let Some(endpoint) = &o.tracing.otlp_endpoint {
             check_otlp_endpoint(endpoint).map_err(|reason| {

@@ -42,6 +42,8 @@ pub struct Session {
     /// Route name from the stream's gRPC metadata (`x-route-name`).
     route_hint: Option<String>,
     state: State,
+    /// Set on a shadow route: every answer goes through it (see [`crate::shadow`]).
+    shadow: Option<crate::shadow::Shadow>,
 }
 
 enum State {
@@ -187,11 +189,28 @@ impl Session {
             kernel,
             route_hint,
             state: State::Fresh,
+            shadow: None,
         }
     }
 
     /// Answers one message from Envoy.
     pub async fn handle(&mut self, msg: ProcessingRequest) -> ProcessingResponse {
+        let answer = match &msg.request {
+            Some(Request::RequestBody(_)) => Answer::RequestBody,
+            Some(Request::ResponseHeaders(_)) => Answer::ResponseHeaders,
+            Some(Request::ResponseBody(_)) => Answer::ResponseBody,
+            Some(Request::RequestTrailers(_)) => Answer::RequestTrailers,
+            Some(Request::ResponseTrailers(_)) => Answer::ResponseTrailers,
+            _ => Answer::RequestHeaders,
+        };
+        let resp = self.answer(msg).await;
+        match &mut self.shadow {
+            Some(shadow) => shadow.neutralize(answer, resp),
+            None => resp,
+        }
+    }
+
+    async fn answer(&mut self, msg: ProcessingRequest) -> ProcessingResponse {
         let attrs = msg.attributes;
         match msg.request {
             Some(Request::RequestHeaders(h)) => self.request_headers(h, &attrs).await,
@@ -253,6 +272,9 @@ impl Session {
             );
             return no_response_phase();
         };
+        if route.mode == crate::config::RouteMode::Shadow {
+            self.shadow = Some(crate::shadow::Shadow::new(route.clone()));
+        }
         let end_of_stream = h.end_of_stream;
         let request = request_ctx(h, attrs);
         let rr = route.rr.fetch_add(1, Ordering::Relaxed);

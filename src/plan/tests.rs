@@ -200,3 +200,34 @@ fn strict_mode_check_sees_health_changes() {
     s.agents[0].set_healthy(false);
     assert!(!plan_healthy(&plan, &s.agents));
 }
+
+#[test]
+fn a_missing_required_param_leaves_the_agent_out() {
+    let a = agent("a", &["p"], true);
+    a.set_discovered(Discovered {
+        agent_name: "a".into(),
+        agent_version: "1".into(),
+        policies: [(
+            "p".to_string(),
+            PolicyInfo {
+                name: "p".into(),
+                param_schema: vec!["k".into(), "opt".into()],
+                required_params: vec!["k".into()],
+                supported_phases: PolicyPhase::RequestResponse as i32,
+                ..Default::default()
+            },
+        )]
+        .into_iter()
+        .collect(),
+    });
+    let missing = "    - route_name: r\n      request_policy_chain:\n        - policy: p\n          params: {opt: 1}\n";
+    let s = snapshot(missing, vec![Arc::clone(&a)]);
+    assert!(matches!(
+        plan_route(&s.routes["r"], &s.agents, 0),
+        Err(PlanError::NotSupported { .. })
+    ));
+    assert!(s.routes["r"].problems()[0].contains("required param \"k\""));
+    let given = "    - route_name: r\n      request_policy_chain:\n        - policy: p\n          params: {k: 1}\n";
+    let s = snapshot(given, vec![a]);
+    assert!(plan_route(&s.routes["r"], &s.agents, 0).is_ok());
+}

@@ -17,6 +17,7 @@ pub mod envoy;
 pub mod extproc;
 pub mod h2raw;
 pub mod load;
+pub mod management;
 pub mod sse_upstream;
 #[allow(unused_imports)]
 pub use envoy::Envoy;
