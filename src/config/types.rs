@@ -43,8 +43,8 @@ pub struct KernelConfig {
     /// Answer when `server.max_concurrent_streams` are in progress (default 503).
     #[serde(default = "ResponseConfig::overload_default")]
     pub overload_response: ResponseConfig,
-    /// Answer when a request body that a policy needs is declared larger
-    /// than `server.max_request_body_bytes` (default 413).
+    /// Answer when a request body that a policy needs is declared or counted
+    /// larger than `server.max_request_body_bytes` (default 413).
     #[serde(default = "ResponseConfig::too_large_default")]
     pub payload_too_large_response: ResponseConfig,
     /// Whether the response phase re-checks agent health (§6.3).
@@ -93,9 +93,11 @@ pub struct ServerConfig {
     /// kernel has one core. Fixed at startup. At most 256.
     pub worker_threads: u16,
     /// Largest request body, in bytes, the kernel has Envoy buffer for a
-    /// policy that needs the body (decided from `content-length`). A larger
-    /// declared body is answered with `payload_too_large_response` before
-    /// Envoy buffers anything. Keep it at most Envoy's buffer limit
+    /// policy that needs the body. A larger declared body (`content-length`)
+    /// is answered with `payload_too_large_response` before Envoy buffers
+    /// anything; a body without a declared length is counted as it arrives
+    /// and refused the same way past the limit or Envoy's buffer limit
+    /// ([`crate::envoy::body_limit`]). Keep it at most Envoy's buffer limit
     /// (`per_connection_buffer_limit_bytes`, 1 MiB by default): a body Envoy
     /// is switched to buffer by the kernel is not held to that limit.
     /// Default 1048576, at most 15728640 (the agent call limit is 16 MiB).
