@@ -200,6 +200,25 @@ pub struct AgentConfig {
     /// Circuit breaker of this agent.
     #[serde(default)]
     pub circuit_breaker: CircuitBreakerConfig,
+    /// The uid the process serving `socket_path` must run as (checked with
+    /// SO_PEERCRED on every new connection). Default: the kernel's own uid.
+    #[serde(default)]
+    pub expected_uid: Option<u32>,
+    /// The gid it must run as. Default: any.
+    #[serde(default)]
+    pub expected_gid: Option<u32>,
+}
+
+impl AgentConfig {
+    /// The identity the agent's process must have: `expected_uid` (default:
+    /// the kernel's effective uid) and `expected_gid` when set.
+    pub fn expected_peer(&self) -> policy_net::ExpectedPeer {
+        policy_net::ExpectedPeer {
+            // SAFETY: geteuid has no preconditions and cannot fail.
+            uid: self.expected_uid.unwrap_or_else(|| unsafe { libc::geteuid() }),
+            gid: self.expected_gid,
+        }
+    }
 }
 
 fn default_max_calls() -> u32 {
