@@ -75,6 +75,8 @@ async fn serve(path: PathBuf, cfg: config::KernelConfig) -> anyhow::Result<()> {
     telemetry::init_logging(&cfg.observability.log_level);
     telemetry::tracing::init(&cfg.observability.tracing)?;
     let addr = cfg.server.tcp_addr();
+    // Unreadable TLS files stop the start before anything is bound.
+    server::check_tls(&cfg.server)?;
     if let Some(risk) = cfg.server.exposure_warning() {
         tracing::warn!(risk = %risk, "ext_proc TCP listener without TLS on a non-loopback address");
     }
