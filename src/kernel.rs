@@ -129,11 +129,11 @@ impl Kernel {
             .agents
             .iter()
             .map(|c| {
-                match current
-                    .agents
-                    .iter()
-                    .find(|a| a.name() == c.name && a.config.socket_path == c.socket_path)
-                {
+                match current.agents.iter().find(|a| {
+                    a.name() == c.name
+                        && a.config.socket_path == c.socket_path
+                        && a.config.expected_peer() == c.expected_peer()
+                }) {
                     Some(old) => old.renew(c.clone()),
                     None => AgentHandle::new(c.clone()),
                 }

@@ -11,11 +11,13 @@
 //! - [`plan`] — two-stage validation and grouping of chains into agent calls.
 //! - [`chain`] — running a plan, with context propagation and failure handling.
 //! - [`aggregate`] — checked agent instructions and the last-wins merge.
-//! - [`envoy`] — the ext_proc service, stream state machine and translation.
+//! - [`envoy`] — the ext_proc service, stream state machine and translation,
+//!   request-body limits.
 //! - [`stream`] — streamed response bodies: SSE framing, streaming policies
 //!   called piece by piece, ending a stream, their metrics.
 //! - [`http`] — header legality and query/path rewriting.
-//! - [`server`] — TCP and Unix-socket listeners.
+//! - [`server`] — the Unix-socket listener (peer uids) and the optional TCP
+//!   one (mTLS).
 //! - [`admin`] — `/metrics`, `/healthz`, `/readyz` and `/config`.
 //! - [`reload`] — SIGHUP reload through [`kernel::Kernel::apply`].
 //! - [`management`] — the management API: routes changed over HTTP with

@@ -171,9 +171,12 @@ fn runtime(threads: u16) -> std::io::Result<tokio::runtime::Runtime> {
 async fn serve(path: PathBuf, mut cfg: config::KernelConfig) -> anyhow::Result<()> {
     telemetry::init_logging(&cfg.observability.log_level);
     telemetry::tracing::init(&cfg.observability.tracing)?;
-    let addr: SocketAddr = format!("{}:{}", cfg.server.address, cfg.server.port)
-        .parse()
-        .context("server.address")?;
+    let addr = cfg.server.tcp_addr();
+    // Unreadable TLS files stop the start before anything is bound.
+    server::check_tls(&cfg.server)?;
+    if let Some(risk) = cfg.server.exposure_warning() {
+        tracing::warn!(risk = %risk, "ext_proc TCP listener without TLS on a non-loopback address");
+    }
     let metrics_addr: SocketAddr = format!(
         "{}:{}",
         cfg.observability.metrics_address, cfg.observability.metrics_port
@@ -215,7 +218,10 @@ async fn serve(path: PathBuf, mut cfg: config::KernelConfig) -> anyhow::Result<(
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let draining = std::sync::Arc::new(tokio::sync::Notify::new());
     spawn_signals(stop_tx, draining.clone(), admin.clone())?;
-    tracing::info!(address = %bound, socket = ?socket, "policy kernel serving ext_proc");
+    // `address` is the TCP listener's, or "none" (socket only).
+    let address = bound.map(|a| a.to_string()).unwrap_or_else(|| "none".into());
+    let tls = kernel.snapshot().config.server.tls.is_some();
+    tracing::info!(address = %address, tls, socket = ?socket, "policy kernel serving ext_proc");
     admin.set_ready(true);
     let served = server::serve(kernel, listeners, async {
         let _ = stop_rx.await;

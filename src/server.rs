@@ -1,12 +1,20 @@
-//! Serving the ext_proc service on TCP and, optionally, a Unix socket.
+//! Serving the ext_proc service on a Unix socket and/or TCP.
+//!
+//! The TCP listener exists only when the configuration asks for it
+//! ([`ServerConfig::tcp_addr`]); it can require TLS with client-certificate
+//! verification (`server.tls`). Connections to the Unix socket can be limited
+//! to peer uids (`server.allowed_peer_uids`, checked with SO_PEERCRED).
 
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 
+use futures::StreamExt;
 use tokio::net::{TcpListener, UnixListener};
 use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 
+use crate::config::{ServerConfig, TlsConfig};
 use crate::envoy::ExtProc;
 use crate::kernel::Kernel;
 
@@ -21,6 +29,14 @@ pub enum ServeError {
         /// The cause.
         source: std::io::Error,
     },
+    /// A `server.tls` file could not be read or used.
+    #[error("{field}: {reason}")]
+    Tls {
+        /// The field, e.g. `policy_kernel.server.tls.cert_path`.
+        field: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// The gRPC server failed.
     #[error("server failed: {0}")]
     Transport(#[from] tonic::transport::Error),
@@ -29,18 +45,22 @@ pub enum ServeError {
 /// Bound listeners, before serving; lets callers learn the real port.
 #[derive(Debug)]
 pub struct Listeners {
-    tcp: TcpListener,
+    tcp: Option<TcpListener>,
     unix: Option<UnixListener>,
 }
 
 impl Listeners {
-    /// Binds the TCP address and, when given, the Unix socket. A stale socket
-    /// file (one nothing answers on) is removed first; a live one is an error.
-    pub async fn bind(addr: SocketAddr, socket_path: Option<&Path>) -> Result<Self, ServeError> {
-        let tcp = TcpListener::bind(addr).await.map_err(|source| ServeError::Bind {
-            what: addr.to_string(),
-            source,
-        })?;
+    /// Binds the TCP address, when given, and the Unix socket, when given. A
+    /// stale socket file (one nothing answers on) is removed first; a live
+    /// one is an error.
+    pub async fn bind(addr: Option<SocketAddr>, socket_path: Option<&Path>) -> Result<Self, ServeError> {
+        let tcp = match addr {
+            Some(addr) => Some(TcpListener::bind(addr).await.map_err(|source| ServeError::Bind {
+                what: addr.to_string(),
+                source,
+            })?),
+            None => None,
+        };
         let unix = match socket_path {
             Some(path) => Some(bind_unix(path).await?),
             None => None,
@@ -48,10 +68,47 @@ impl Listeners {
         Ok(Self { tcp, unix })
     }
 
-    /// The bound TCP address.
-    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
-        self.tcp.local_addr()
+    /// The bound TCP address; `None` without a TCP listener.
+    pub fn local_addr(&self) -> std::io::Result<Option<SocketAddr>> {
+        self.tcp.as_ref().map(TcpListener::local_addr).transpose()
     }
+}
+
+/// Reads `server.tls`: the kernel's certificate and key, and the CA that
+/// client certificates must chain to. A client without such a certificate
+/// fails the handshake.
+pub fn tls_config(tls: &TlsConfig) -> Result<ServerTlsConfig, ServeError> {
+    let read = |name: &str, path: &Path| {
+        let field = format!("policy_kernel.server.tls.{name}");
+        let text = std::fs::read(path).map_err(|e| ServeError::Tls {
+            field: field.clone(),
+            reason: format!("cannot read {}: {e}", path.display()),
+        })?;
+        if !text.windows(11).any(|w| w == b"-----BEGIN ") {
+            return Err(ServeError::Tls {
+                field,
+                reason: format!("{} holds no PEM block", path.display()),
+            });
+        }
+        Ok(text)
+    };
+    let cert = read("cert_path", &tls.cert_path)?;
+    let key = read("key_path", &tls.key_path)?;
+    let ca = read("client_ca_path", &tls.client_ca_path)?;
+    Ok(ServerTlsConfig::new()
+        .identity(Identity::from_pem(cert, key))
+        .client_ca_root(Certificate::from_pem(ca))
+        .client_auth_optional(false)
+        .timeout(std::time::Duration::from_secs(10)))
+}
+
+/// Checks that `server.tls` can be used: the files are read and the server
+/// TLS setup built (what startup does), without binding anything.
+pub fn check_tls(server: &ServerConfig) -> Result<(), ServeError> {
+    if let Some(tls) = &server.tls {
+        tonic::transport::Server::builder().tls_config(tls_config(tls)?)?;
+    }
+    Ok(())
 }
 
 /// Mode of the kernel's socket: owner and group (Envoy's user) may connect.
@@ -121,33 +178,82 @@ pub async fn serve(
             // the connection and fail every request in flight on it.
             .http2_max_pending_accept_reset_streams(Some(streams as usize))
             .tcp_nodelay(true)
-            .add_service(ExtProc::new(Arc::clone(&kernel)).into_server())
     };
+    let service = || ExtProc::new(Arc::clone(&kernel)).into_server();
     let (tx, _) = tokio::sync::broadcast::channel::<()>(1);
-    let tcp_stop = {
+    let stop = |tx: &tokio::sync::broadcast::Sender<()>| {
         let mut rx = tx.subscribe();
         async move {
             let _ = rx.recv().await;
         }
     };
-    let tcp = router().serve_with_incoming_shutdown(TcpListenerStream::new(listeners.tcp), tcp_stop);
+    let tcp = match listeners.tcp {
+        Some(l) => {
+            let mut builder = router();
+            if let Some(tls) = &config.server.tls {
+                builder = builder.tls_config(tls_config(tls)?)?;
+            }
+            let incoming = TcpListenerStream::new(l);
+            Some(
+                builder
+                    .add_service(service())
+                    .serve_with_incoming_shutdown(incoming, stop(&tx)),
+            )
+        }
+        None => None,
+    };
     let unix_path = config.server.socket_path.clone();
+    let allowed = config.server.allowed_peer_uids.clone();
     let unix = listeners.unix.map(|l| {
-        let mut rx = tx.subscribe();
-        router().serve_with_incoming_shutdown(policy_net::incoming(l), async move {
-            let _ = rx.recv().await;
-        })
+        let incoming = policy_net::incoming(l).filter(move |conn| {
+            let keep = match (conn, &allowed) {
+                (Ok(c), Some(uids)) => peer_allowed(c, uids),
+                _ => true,
+            };
+            std::future::ready(keep)
+        });
+        router()
+            .add_service(service())
+            .serve_with_incoming_shutdown(incoming, stop(&tx))
     });
     tokio::spawn(async move {
         shutdown.await;
         let _ = tx.send(());
     });
-    let result = match unix {
-        Some(u) => tokio::try_join!(tcp, u).map(|_| ()),
-        None => tcp.await,
+    let result = match (tcp, unix) {
+        (Some(t), Some(u)) => tokio::try_join!(t, u).map(|_| ()),
+        (Some(t), None) => t.await,
+        (None, Some(u)) => u.await,
+        (None, None) => Ok(()),
     };
     if let Some(p) = unix_path {
         let _ = std::fs::remove_file(p);
     }
     Ok(result?)
+}
+
+/// Whether a connection to the kernel's socket comes from an allowed uid
+/// (`server.allowed_peer_uids`); a refused one is logged and counted, and
+/// closed before any byte is read from it.
+fn peer_allowed(conn: &policy_net::UnixConn, uids: &[u32]) -> bool {
+    match conn.peer_cred() {
+        Ok(cred) if uids.contains(&cred.uid) => true,
+        Ok(cred) => {
+            crate::telemetry::metrics::metrics()
+                .ext_proc_peers_refused
+                .with_label_values(&["uid_not_allowed"])
+                .inc();
+            tracing::warn!(uid = cred.uid, gid = cred.gid, pid = cred.pid, allowed_peer_uids = ?uids,
+                "ext_proc connection refused: peer uid is not in server.allowed_peer_uids");
+            false
+        }
+        Err(e) => {
+            crate::telemetry::metrics::metrics()
+                .ext_proc_peers_refused
+                .with_label_values(&["no_credentials"])
+                .inc();
+            tracing::warn!(error = %e, "ext_proc connection refused: peer credentials unreadable");
+            false
+        }
+    }
 }

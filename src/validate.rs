@@ -28,6 +28,29 @@ pub async fn run(path: &Path, check_agents: bool, out: &mut impl Write) -> std::
         cfg.agents.len(),
         cfg.route_policies.len()
     )?;
+    let server = &cfg.server;
+    match (server.tcp_addr(), &server.socket_path) {
+        (Some(a), _) => writeln!(
+            out,
+            "ext_proc TCP listener: {a}{}",
+            if server.tls.is_some() {
+                " (TLS, client certificates verified)"
+            } else {
+                ""
+            }
+        )?,
+        (None, _) => writeln!(out, "ext_proc TCP listener: none")?,
+    }
+    if let Some(p) = &server.socket_path {
+        writeln!(out, "ext_proc socket: {}", p.display())?;
+    }
+    if let Some(risk) = server.exposure_warning() {
+        writeln!(out, "warning: {risk}")?;
+    }
+    if let Err(e) = crate::server::check_tls(server) {
+        writeln!(out, "error: {e}")?;
+        return Ok(false);
+    }
     if check_agents {
         checked(cfg, out).await
     } else {

@@ -53,7 +53,7 @@ async fn three_group_chain_span_tree() {
     ))
     .expect("config");
     let kernel = Kernel::start(cfg).await;
-    let listeners = server::Listeners::bind("127.0.0.1:0".parse().unwrap(), Some(&socket))
+    let listeners = server::Listeners::bind(Some("127.0.0.1:0".parse().unwrap()), Some(&socket))
         .await
         .expect("bind");
     tokio::spawn(server::serve(kernel, listeners, std::future::pending()));

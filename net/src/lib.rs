@@ -171,6 +171,85 @@ impl AsyncWrite for UnixConn {
     }
 }
 
+/// Credentials of the process at the other end of a Unix socket, as the
+/// operating system recorded them when it connected (SO_PEERCRED): they
+/// cannot be forged by the peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerCred {
+    /// Effective uid of the peer.
+    pub uid: u32,
+    /// Effective gid of the peer.
+    pub gid: u32,
+    /// Process id of the peer.
+    pub pid: i32,
+}
+
+/// The credentials of the peer of the connected socket `fd`.
+pub fn peer_cred(fd: &impl AsRawFd) -> io::Result<PeerCred> {
+    let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred` and `len` are valid for writes of the sizes given, and
+    // the descriptor is borrowed for the duration of the call.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(PeerCred {
+        uid: cred.uid,
+        gid: cred.gid,
+        pid: cred.pid,
+    })
+}
+
+/// The identity a peer must have: its uid, and its gid when given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExpectedPeer {
+    /// Required uid.
+    pub uid: u32,
+    /// Required gid; `None` accepts any.
+    pub gid: Option<u32>,
+}
+
+/// A peer that is not the expected one.
+#[derive(Debug, thiserror::Error)]
+pub enum PeerError {
+    /// Its credentials could not be read.
+    #[error("cannot read the peer's credentials (SO_PEERCRED): {0}")]
+    Unreadable(#[source] io::Error),
+    /// It runs as another uid or gid.
+    #[error("peer runs as uid {} gid {} (pid {}), expected uid {}{}", .found.uid, .found.gid, .found.pid, .expected.uid, .expected.gid.map(|g| format!(" gid {g}")).unwrap_or_default())]
+    Mismatch {
+        /// What the socket reported.
+        found: PeerCred,
+        /// What was required.
+        expected: ExpectedPeer,
+    },
+}
+
+/// Checks that the peer of `conn` runs as `expected`.
+pub fn check_peer(conn: &UnixConn, expected: ExpectedPeer) -> Result<PeerCred, PeerError> {
+    let found = conn.peer_cred().map_err(PeerError::Unreadable)?;
+    if found.uid != expected.uid || expected.gid.is_some_and(|g| g != found.gid) {
+        return Err(PeerError::Mismatch { found, expected });
+    }
+    Ok(found)
+}
+
+impl UnixConn {
+    /// The credentials of the process at the other end.
+    pub fn peer_cred(&self) -> io::Result<PeerCred> {
+        peer_cred(self.read.get_ref())
+    }
+}
+
 impl tonic::transport::server::Connected for UnixConn {
     type ConnectInfo = ();
 
@@ -191,6 +270,36 @@ mod tests {
     fn pair() -> (UnixConn, UnixConn) {
         let (a, b) = StdUnixStream::pair().expect("socketpair");
         (UnixConn::from_std(a).expect("a"), UnixConn::from_std(b).expect("b"))
+    }
+
+    #[tokio::test]
+    async fn the_peer_is_checked_against_the_expected_uid_and_gid() {
+        let (a, _b) = pair();
+        let me = PeerCred {
+            uid: unsafe { libc::geteuid() },
+            gid: unsafe { libc::getegid() },
+            pid: std::process::id() as i32,
+        };
+        assert_eq!(a.peer_cred().unwrap(), me);
+        let ok = ExpectedPeer {
+            uid: me.uid,
+            gid: Some(me.gid),
+        };
+        assert_eq!(check_peer(&a, ok).unwrap(), me);
+        let any_gid = ExpectedPeer { uid: me.uid, gid: None };
+        assert!(check_peer(&a, any_gid).is_ok());
+        let other_uid = ExpectedPeer {
+            uid: me.uid + 1,
+            gid: None,
+        };
+        let e = check_peer(&a, other_uid).unwrap_err();
+        assert!(matches!(e, PeerError::Mismatch { found, .. } if found == me));
+        assert!(e.to_string().contains(&format!("uid {}", me.uid)), "{e}");
+        let other_gid = ExpectedPeer {
+            uid: me.uid,
+            gid: Some(me.gid + 1),
+        };
+        assert!(check_peer(&a, other_gid).is_err());
     }
 
     #[tokio::test]

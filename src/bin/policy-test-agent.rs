@@ -31,7 +31,7 @@
 //! ```
 //!
 //! Templates: `${header:NAME}`, `${meta:KEY}`, `${param:NAME}`, `${path}`,
-//! `${method}`, `${body}`, `${agent}`, `${status}` (response phase),
+//! `${method}`, `${body}`, `${body_len}`, `${agent}`, `${status}` (response phase),
 //! `${traceparent}` (the call's gRPC metadata).
 
 use std::collections::BTreeMap;
@@ -256,6 +256,11 @@ impl View<'_> {
                     None => &self.req.body,
                 })
                 .into_owned(),
+                "body_len" => match self.resp {
+                    Some(r) => r.body.len(),
+                    None => self.req.body.len(),
+                }
+                .to_string(),
                 "body_included" => match self.resp {
                     Some(r) => r.body_included,
                     None => self.req.body_included,

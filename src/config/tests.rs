@@ -61,7 +61,8 @@ fn spec_example_parses_with_defaults() {
 fn minimal_config_takes_all_defaults() {
     let c = parse("policy_kernel: {}").unwrap();
     assert_eq!(c.server.address, "127.0.0.1");
-    assert_eq!(c.server.port, 9001);
+    assert_eq!(c.server.port, None);
+    assert_eq!(c.server.tcp_addr(), Some("127.0.0.1:9001".parse().unwrap()));
     assert_eq!(c.server.max_concurrent_streams, 1000);
     assert_eq!(c.server.worker_threads, 0);
     assert_eq!(c.server.max_request_body_bytes, 1024 * 1024);
@@ -169,8 +170,63 @@ fn container_config_serves_the_same_agents_and_routes() {
         format!("{:?}", local.route_policies),
         format!("{:?}", container.route_policies)
     );
-    assert_eq!(container.server.address, "0.0.0.0");
     assert_eq!(container.observability.metrics_address, "0.0.0.0");
+    // What ships serves ext_proc on the socket only: no TCP listener.
+    for (name, cfg) in [("container.yaml", &container), ("kernel-config.yaml", &local)] {
+        assert!(cfg.server.socket_path.is_some(), "{name}");
+        assert_eq!(cfg.server.tcp_addr(), None, "{name} opens a TCP ext_proc listener");
+    }
+}
+
+#[test]
+fn a_tcp_listener_opens_only_when_asked_for_or_without_a_socket() {
+    let server = |yaml: &str| parse(&format!("policy_kernel:\n  server: {yaml}\n")).unwrap().server;
+    // No socket: the spec's default listener.
+    assert_eq!(server("{}").tcp_addr(), Some("127.0.0.1:9001".parse().unwrap()));
+    // A socket alone: no TCP.
+    assert_eq!(server("{socket_path: /tmp/k.sock}").tcp_addr(), None);
+    // A socket and a port: both.
+    assert_eq!(
+        server("{socket_path: /tmp/k.sock, port: 0, address: 0.0.0.0}").tcp_addr(),
+        Some("0.0.0.0:0".parse().unwrap())
+    );
+}
+
+#[test]
+fn a_non_loopback_tcp_listener_without_tls_names_the_risk() {
+    let server = |yaml: &str| parse(&format!("policy_kernel:\n  server: {yaml}\n")).unwrap().server;
+    let risk = server("{address: 0.0.0.0, port: 9001}").exposure_warning().unwrap();
+    assert!(risk.contains("0.0.0.0:9001") && risk.contains("without TLS"), "{risk}");
+    assert!(risk.contains("API keys") && risk.contains("audit journal"), "{risk}");
+    assert!(server("{address: 10.1.2.3}").exposure_warning().is_some());
+    for quiet in [
+        "{address: 127.0.0.1, port: 9001}",
+        "{address: \"::1\", port: 9001}",
+        "{socket_path: /tmp/k.sock}",
+        "{address: 0.0.0.0, port: 9001, tls: {cert_path: c, key_path: k, client_ca_path: ca}}",
+    ] {
+        assert_eq!(server(quiet).exposure_warning(), None, "{quiet}");
+    }
+}
+
+#[test]
+fn tls_and_peer_uids_need_the_listener_they_protect() {
+    let e = err(
+        "policy_kernel:\n  server: {socket_path: /tmp/k.sock, tls: {cert_path: c, key_path: k, client_ca_path: ca}}\n",
+    );
+    assert!(
+        e.contains("policy_kernel.server.tls") && e.contains("server.port"),
+        "{e}"
+    );
+    let e = err("policy_kernel:\n  server: {tls: {cert_path: c, key_path: k}}\n");
+    assert!(e.contains("client_ca_path"), "{e}");
+    let e = err("policy_kernel:\n  server: {allowed_peer_uids: [1000]}\n");
+    assert!(
+        e.contains("policy_kernel.server.allowed_peer_uids") && e.contains("socket_path"),
+        "{e}"
+    );
+    let e = err("policy_kernel:\n  server: {socket_path: /tmp/k.sock, allowed_peer_uids: []}\n");
+    assert!(e.contains("at least one uid"), "{e}");
 }
 
 #[test]

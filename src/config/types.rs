@@ -2,7 +2,7 @@
 //! structural validation of each.
 
 use std::collections::{BTreeMap, HashSet};
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
@@ -43,8 +43,8 @@ pub struct KernelConfig {
     /// Answer when `server.max_concurrent_streams` are in progress (default 503).
     #[serde(default = "ResponseConfig::overload_default")]
     pub overload_response: ResponseConfig,
-    /// Answer when a request body that a policy needs is declared larger
-    /// than `server.max_request_body_bytes` (default 413).
+    /// Answer when a request body that a policy needs is declared or counted
+    /// larger than `server.max_request_body_bytes` (default 413).
     #[serde(default = "ResponseConfig::too_large_default")]
     pub payload_too_large_response: ResponseConfig,
     /// Whether the response phase re-checks agent health (§6.3).
@@ -64,10 +64,17 @@ pub struct KernelConfig {
 pub struct ServerConfig {
     /// IP address of the TCP listener. Default `127.0.0.1`.
     pub address: String,
-    /// TCP port of the listener; 0 picks a free port. Default 9001.
-    pub port: u16,
-    /// Optional Unix socket path to serve on as well (Envoy `pipe` address).
+    /// TCP port of the listener; 0 picks a free port. Unset: no TCP listener
+    /// when `socket_path` is set, port 9001 otherwise (see
+    /// [`ServerConfig::tcp_addr`]).
+    pub port: Option<u16>,
+    /// Optional Unix socket path to serve on (Envoy `pipe` address).
     pub socket_path: Option<PathBuf>,
+    /// TLS with client-certificate verification on the TCP listener.
+    pub tls: Option<TlsConfig>,
+    /// Uids allowed to connect to `socket_path` (checked with SO_PEERCRED on
+    /// every connection). Unset: any process the socket's mode lets in.
+    pub allowed_peer_uids: Option<Vec<u32>>,
     /// Maximum ext_proc streams (HTTP requests) in progress at once, across
     /// all connections. Beyond it a new request is answered at once with
     /// `overload_response` instead of queueing. Default 1000.
@@ -89,9 +96,11 @@ pub struct ServerConfig {
     /// kernel has one core. Fixed at startup. At most 256.
     pub worker_threads: u16,
     /// Largest request body, in bytes, the kernel has Envoy buffer for a
-    /// policy that needs the body (decided from `content-length`). A larger
-    /// declared body is answered with `payload_too_large_response` before
-    /// Envoy buffers anything. Keep it at most Envoy's buffer limit
+    /// policy that needs the body. A larger declared body (`content-length`)
+    /// is answered with `payload_too_large_response` before Envoy buffers
+    /// anything; a body without a declared length is counted as it arrives
+    /// and refused the same way past the limit or Envoy's buffer limit
+    /// ([`crate::envoy::body_limit`]). Keep it at most Envoy's buffer limit
     /// (`per_connection_buffer_limit_bytes`, 1 MiB by default): a body Envoy
     /// is switched to buffer by the kernel is not held to that limit.
     /// Default 1048576, at most 15728640 (the agent call limit is 16 MiB).
@@ -102,8 +111,10 @@ impl Default for ServerConfig {
     fn default() -> Self {
         Self {
             address: "127.0.0.1".into(),
-            port: 9001,
+            port: None,
             socket_path: None,
+            tls: None,
+            allowed_peer_uids: None,
             max_concurrent_streams: 1000,
             route_name_header: None,
             phase_timeout_ms: 2000,
@@ -111,6 +122,51 @@ impl Default for ServerConfig {
             worker_threads: 0,
             max_request_body_bytes: 1024 * 1024,
         }
+    }
+}
+
+/// Port of the TCP listener when neither `port` nor `socket_path` is set.
+pub const DEFAULT_PORT: u16 = 9001;
+
+/// `server.tls:`: the TCP listener speaks TLS and accepts only clients whose
+/// certificate is signed by `client_ca_path`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// The kernel's certificate chain (PEM).
+    pub cert_path: PathBuf,
+    /// The private key of `cert_path` (PEM).
+    pub key_path: PathBuf,
+    /// CA certificates (PEM) that sign the clients' (Envoy's) certificates.
+    pub client_ca_path: PathBuf,
+}
+
+impl ServerConfig {
+    /// The address of the TCP ext_proc listener, if there is one: there is
+    /// when `port` is set, or when no `socket_path` is (then on
+    /// [`DEFAULT_PORT`]). `None` when `address` is not an IP address
+    /// (refused by validation).
+    pub fn tcp_addr(&self) -> Option<SocketAddr> {
+        let port = match (self.port, &self.socket_path) {
+            (Some(p), _) => p,
+            (None, None) => DEFAULT_PORT,
+            (None, Some(_)) => return None,
+        };
+        let ip: IpAddr = self.address.parse().ok()?;
+        Some(SocketAddr::new(ip, port))
+    }
+
+    /// The risk of this listener setup, when there is one: a TCP listener
+    /// without TLS on an address other hosts can reach lets anything that
+    /// reaches it run requests through the policies.
+    pub fn exposure_warning(&self) -> Option<String> {
+        let addr = self.tcp_addr()?;
+        if self.tls.is_some() || addr.ip().is_loopback() {
+            return None;
+        }
+        Some(format!(
+            "server: ext_proc listens on TCP {addr} without TLS: anything that can reach this address can open ext_proc streams unauthenticated and make the kernel call its agents (probe API keys and tokens, spend other clients' rate limits, fill the audit journal). Serve Envoy on server.socket_path only, bind a loopback address, or set server.tls"
+        ))
     }
 }
 
@@ -147,6 +203,25 @@ pub struct AgentConfig {
     /// Circuit breaker of this agent.
     #[serde(default)]
     pub circuit_breaker: CircuitBreakerConfig,
+    /// The uid the process serving `socket_path` must run as (checked with
+    /// SO_PEERCRED on every new connection). Default: the kernel's own uid.
+    #[serde(default)]
+    pub expected_uid: Option<u32>,
+    /// The gid it must run as. Default: any.
+    #[serde(default)]
+    pub expected_gid: Option<u32>,
+}
+
+impl AgentConfig {
+    /// The identity the agent's process must have: `expected_uid` (default:
+    /// the kernel's effective uid) and `expected_gid` when set.
+    pub fn expected_peer(&self) -> policy_net::ExpectedPeer {
+        policy_net::ExpectedPeer {
+            // SAFETY: geteuid has no preconditions and cannot fail.
+            uid: self.expected_uid.unwrap_or_else(|| unsafe { libc::geteuid() }),
+            gid: self.expected_gid,
+        }
+    }
 }
 
 fn default_max_calls() -> u32 {
@@ -433,6 +508,8 @@ impl KernelConfig {
             ("server.address", s.address != n.address),
             ("server.port", s.port != n.port),
             ("server.socket_path", s.socket_path != n.socket_path),
+            ("server.tls", s.tls != n.tls),
+            ("server.allowed_peer_uids", s.allowed_peer_uids != n.allowed_peer_uids),
             ("server.worker_threads", s.worker_threads != n.worker_threads),
             (
                 "server.max_concurrent_streams",
@@ -574,6 +651,27 @@ impl ServerConfig {
                 format!("{f}.address"),
                 format!("{:?} is not an IP address", self.address),
                 find_line(text, "address", &self.address, 0),
+            ));
+        }
+        if self.tls.is_some() && self.tcp_addr().is_none() {
+            return Err(invalid(
+                format!("{f}.tls"),
+                "there is no TCP listener to protect: set server.port (server.tls applies to the TCP listener only)",
+                None,
+            ));
+        }
+        if self.allowed_peer_uids.is_some() && self.socket_path.is_none() {
+            return Err(invalid(
+                format!("{f}.allowed_peer_uids"),
+                "needs server.socket_path (it limits who may connect to that socket)",
+                None,
+            ));
+        }
+        if self.allowed_peer_uids.as_ref().is_some_and(|u| u.is_empty()) {
+            return Err(invalid(
+                format!("{f}.allowed_peer_uids"),
+                "must list at least one uid (leave it unset to allow any)",
+                None,
             ));
         }
         if self.max_concurrent_streams == 0 {

@@ -7,6 +7,7 @@
 //! HTTP/2 client then resets that call's stream, so the agent sees it
 //! cancelled.
 
+pub mod body_limit;
 pub mod session;
 pub mod translate;
 

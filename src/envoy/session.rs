@@ -17,6 +17,7 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{
 };
 use envoy_types::pb::google::protobuf::{value::Kind, Struct};
 
+use super::body_limit;
 use super::translate::{self, Answer};
 use crate::aggregate::{Metadata, RequestCtx, ResponseCtx};
 use crate::chain::{Outcome, Report, Run};
@@ -27,6 +28,7 @@ use crate::snapshot::{Route, Snapshot};
 use crate::stream::{self, StreamCtx, Streamer};
 use crate::telemetry::metrics::{metrics, NoCall};
 use crate::telemetry::tracing::{end, RequestTrace, TraceHeaders};
+use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
 use opentelemetry::KeyValue;
 
 /// Envoy's attribute namespace for ext_proc.
@@ -82,6 +84,9 @@ struct Active {
     meta: Metadata,
     /// The request plan, while waiting for the request body.
     request_plan: Option<Plan>,
+    /// The request body was asked for in BUFFERED_PARTIAL mode (no declared
+    /// length): a piece that is not the last one means it was cut.
+    body_partial: bool,
     response_plan: Plan,
     response_body: bool,
     /// The response, while waiting for its body.
@@ -214,7 +219,7 @@ impl Session {
         let attrs = msg.attributes;
         match msg.request {
             Some(Request::RequestHeaders(h)) => self.request_headers(h, &attrs).await,
-            Some(Request::RequestBody(b)) => self.request_body(b.body).await,
+            Some(Request::RequestBody(b)) => self.request_body(b.body, b.end_of_stream).await,
             Some(Request::ResponseHeaders(h)) => self.response_headers(h).await,
             Some(Request::ResponseBody(b)) => self.response_body(b.body, b.end_of_stream).await,
             Some(Request::RequestTrailers(_)) => translate::respond(Answer::RequestTrailers, None),
@@ -317,14 +322,11 @@ impl Session {
                 Box::new(Streamer::new(body))
             });
         let buffer_request = want_request_body && !end_of_stream;
+        let mut body_mode = body_limit::request_body_mode(None);
         if buffer_request {
             let limit = snap.config.server.max_request_body_bytes;
-            let declared_len = request
-                .headers
-                .iter()
-                .find(|(k, _)| k == "content-length")
-                .and_then(|(_, v)| std::str::from_utf8(v).ok())
-                .and_then(|v| v.trim().parse::<u64>().ok());
+            let declared_len = body_limit::declared_length(request.headers.iter().map(|(k, v)| (k.as_str(), &v[..])));
+            body_mode = body_limit::request_body_mode(declared_len);
             if let Some(len) = declared_len.filter(|&len| len > limit) {
                 let imm = &snap.responses.too_large;
                 route.metrics.immediate(imm.status, &imm.reason);
@@ -342,6 +344,9 @@ impl Session {
         if streamed.is_some() {
             mode = translate::streamed_response(mode);
         }
+        if buffer_request {
+            mode.request_body_mode = body_mode as i32;
+        }
         let mut active = Box::new(Active {
             started: std::time::Instant::now(),
             report: Report::default(),
@@ -351,6 +356,7 @@ impl Session {
             request,
             meta: Metadata::new(),
             request_plan: None,
+            body_partial: buffer_request && body_mode == BodySendMode::BufferedPartial,
             response_plan,
             response_body,
             response: None,
@@ -372,13 +378,27 @@ impl Session {
         resp
     }
 
-    async fn request_body(&mut self, body: Vec<u8>) -> ProcessingResponse {
+    async fn request_body(&mut self, body: Vec<u8>, end_of_stream: bool) -> ProcessingResponse {
         let State::Active(active) = &mut self.state else {
             return translate::respond(Answer::RequestBody, None);
         };
         let Some(plan) = active.request_plan.take() else {
             return translate::respond(Answer::RequestBody, None);
         };
+        let limit = active.snap.config.server.max_request_body_bytes;
+        if let body_limit::Verdict::TooLarge { received } =
+            body_limit::BodyCounter::new(limit).piece(body.len(), end_of_stream || !active.body_partial)
+        {
+            let imm = &active.snap.responses.too_large;
+            active.route.metrics.immediate(imm.status, &imm.reason);
+            tracing::warn!(route = %active.route.name, request_id = %active.request.request_id, received_bytes = received,
+                complete = end_of_stream, max_request_body_bytes = limit, response_status = imm.status,
+                action = "IMMEDIATE_RESPONSE",
+                "request body without content-length larger than server.max_request_body_bytes or Envoy's buffer limit: refused");
+            let resp = translate::immediate(imm);
+            self.state = State::Passthrough;
+            return resp;
+        }
         active.request.body = Some(Bytes::from(body));
         let resp = active.run_request(&plan, Answer::RequestBody).await;
         if translate::is_immediate(&resp) {

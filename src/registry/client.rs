@@ -36,6 +36,10 @@ pub enum TransportError {
     /// No connection could be made: the request was never sent.
     #[error("cannot connect to agent socket: {0}")]
     Connect(#[source] std::io::Error),
+    /// The process serving the socket is not the expected one: the
+    /// connection was closed before anything was sent.
+    #[error("agent socket served by the wrong process: {0}")]
+    Identity(#[source] policy_net::PeerError),
     /// The HTTP/2 handshake failed: the request was never sent.
     #[error("cannot open an HTTP/2 connection to the agent: {0}")]
     Handshake(#[source] h2::Error),
@@ -93,6 +97,10 @@ struct Open {
 #[derive(Debug)]
 struct Connection {
     path: PathBuf,
+    /// The agent's name, for the identity check's log line and metric.
+    agent: String,
+    /// Who must serve `path` (`expected_uid` / `expected_gid`).
+    expected: policy_net::ExpectedPeer,
     /// The open connection; `None` until the first call.
     open: ArcSwapOption<Open>,
     /// Held while connecting, so that concurrent calls make one connection.
@@ -122,6 +130,7 @@ impl Connection {
         let io = policy_net::UnixConn::connect(&self.path)
             .await
             .map_err(TransportError::Connect)?;
+        self.verify(&io)?;
         let (sender, connection) = h2::client::Builder::new()
             .initial_window_size(STREAM_WINDOW)
             .initial_connection_window_size(CONNECTION_WINDOW)
@@ -140,6 +149,27 @@ impl Connection {
         let open = Arc::new(Open { sender, closed });
         self.open.store(Some(Arc::clone(&open)));
         Ok((open, true))
+    }
+
+    /// Checks who serves the socket before anything is sent on it; a
+    /// mismatch is logged, counted, and fails the connection (so the agent's
+    /// health checks fail and it serves no traffic).
+    fn verify(&self, io: &policy_net::UnixConn) -> Result<(), TransportError> {
+        policy_net::check_peer(io, self.expected).map_err(|e| {
+            crate::telemetry::metrics::metrics()
+                .agent_identity_mismatch
+                .with_label_values(&[&self.agent])
+                .inc();
+            let (uid, gid, pid) = match &e {
+                policy_net::PeerError::Mismatch { found, .. } => (Some(found.uid), Some(found.gid), Some(found.pid)),
+                policy_net::PeerError::Unreadable(_) => (None, None, None),
+            };
+            tracing::error!(agent = %self.agent, socket = %self.path.display(), uid_found = ?uid, gid_found = ?gid,
+                pid_found = ?pid, expected_uid = self.expected.uid, expected_gid = ?self.expected.gid, error = %e,
+                "agent identity check failed: connection closed, agent not used");
+            TransportError::Identity(e)
+        })?;
+        Ok(())
     }
 
     /// Hands the request to the connection. On `Err` it was not taken; the
@@ -271,13 +301,16 @@ pub type AgentClient = PolicyAgentClient<UnixHttp>;
 /// come encoded ([`crate::wire`]) instead of as generated messages.
 pub type CallClient = tonic::client::Grpc<UnixHttp>;
 
-/// Builds lazily connecting HTTP/2 clients for the agent at `path`: the
-/// generated one (discovery, health) and the one for policy calls, sharing
-/// one connection.
-pub fn connect_lazy(path: &Path) -> (AgentClient, CallClient) {
+/// Builds lazily connecting HTTP/2 clients for the agent `agent` at
+/// `path`: the generated one (discovery, health) and the one for policy
+/// calls, sharing one connection. Each new connection is first checked to be
+/// served by `expected` ([`policy_net::check_peer`]).
+pub fn connect_lazy(path: &Path, agent: &str, expected: policy_net::ExpectedPeer) -> (AgentClient, CallClient) {
     let http = UnixHttp {
         connection: Arc::new(Connection {
             path: path.to_path_buf(),
+            agent: agent.to_string(),
+            expected,
             open: ArcSwapOption::empty(),
             connecting: tokio::sync::Mutex::new(()),
         }),

@@ -56,7 +56,7 @@ impl std::fmt::Debug for AgentHandle {
 impl AgentHandle {
     /// A handle with a lazily connecting client; not healthy, not discovered.
     pub fn new(config: AgentConfig) -> Arc<Self> {
-        let (client, grpc) = connect_lazy(&config.socket_path);
+        let (client, grpc) = connect_lazy(&config.socket_path, &config.name, config.expected_peer());
         Arc::new(Self {
             metrics: AgentMetrics::new(&config.name),
             circuit: circuit_of(&config),

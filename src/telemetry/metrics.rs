@@ -52,6 +52,12 @@ pub struct Metrics {
     pub immediate: IntCounterVec,
     /// `policy_kernel_agent_circuit_state{agent}`: 0 closed, 1 open, 2 half-open.
     pub circuit: IntGaugeVec,
+    /// `policy_kernel_agent_identity_mismatch_total{agent}`: agent connections
+    /// closed because the peer's uid or gid was not the expected one.
+    pub agent_identity_mismatch: IntCounterVec,
+    /// `policy_kernel_ext_proc_peers_refused_total{reason}`: connections to
+    /// the kernel's socket refused by `server.allowed_peer_uids`.
+    pub ext_proc_peers_refused: IntCounterVec,
 }
 
 fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -183,6 +189,18 @@ impl Metrics {
                 &["route", "status", "reason"],
             ),
             circuit,
+            agent_identity_mismatch: counter(
+                &r,
+                "policy_kernel_agent_identity_mismatch_total",
+                "Agent connections closed because the peer uid or gid was not the expected one",
+                &["agent"],
+            ),
+            ext_proc_peers_refused: counter(
+                &r,
+                "policy_kernel_ext_proc_peers_refused_total",
+                "Connections to the kernel's ext_proc socket refused by server.allowed_peer_uids",
+                &["reason"],
+            ),
             registry: r,
         }
     }

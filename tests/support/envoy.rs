@@ -46,6 +46,16 @@ pub enum KernelAt<'a> {
     Socket(&'a Path),
     /// The TCP listener on loopback.
     Tcp(u16),
+    /// The TCP listener on loopback, over TLS: Envoy trusts `ca`, and shows
+    /// the client certificate `cert` (with its key `key`) when given.
+    TcpTls {
+        /// The port.
+        port: u16,
+        /// CA certificate (PEM file) that signs the kernel's certificate.
+        ca: &'a Path,
+        /// Client certificate and key (PEM files).
+        client: Option<(&'a Path, &'a Path)>,
+    },
 }
 
 /// The HTTP filters every test Envoy runs: ext_proc to the `policy_kernel`
@@ -85,7 +95,34 @@ pub fn ext_proc_filters(message_timeout: &str) -> String {
 fn config(kernel: KernelAt<'_>, upstream: u16) -> String {
     let kernel_address = match kernel {
         KernelAt::Socket(path) => format!("pipe: {{path: {}}}", path.display()),
-        KernelAt::Tcp(port) => format!("socket_address: {{address: 127.0.0.1, port_value: {port}}}"),
+        KernelAt::Tcp(port) | KernelAt::TcpTls { port, .. } => {
+            format!("socket_address: {{address: 127.0.0.1, port_value: {port}}}")
+        }
+    };
+    let transport_socket = match kernel {
+        KernelAt::TcpTls { ca, client, .. } => {
+            let certs = client
+                .map(|(cert, key)| {
+                    format!(
+                        "\n          tls_certificates: [{{certificate_chain: {{filename: {}}}, private_key: {{filename: {}}}}}]",
+                        cert.display(),
+                        key.display()
+                    )
+                })
+                .unwrap_or_default();
+            format!(
+                r#"    transport_socket:
+      name: envoy.transport_sockets.tls
+      typed_config:
+        "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext
+        common_tls_context:
+          alpn_protocols: ["h2"]
+          validation_context: {{trusted_ca: {{filename: {}}}}}{certs}
+"#,
+                ca.display()
+            )
+        }
+        _ => String::new(),
     };
     let routes: String = ROUTES
         .iter()
@@ -142,7 +179,7 @@ static_resources:
         explicit_http_config: {{http2_protocol_options: {{max_outbound_control_frames: 100000}}}}
     circuit_breakers:
       thresholds: [{{max_requests: 100000, max_pending_requests: 100000}}]
-    load_assignment:
+{transport_socket}    load_assignment:
       cluster_name: policy_kernel
       endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{{kernel_address}}}}}}}]}}]
   - name: upstream
