@@ -84,14 +84,14 @@ impl TransportError {
 
 /// An open connection: its request handle, and whether it has ended.
 #[derive(Debug)]
-struct Open {
-    sender: SendRequest<Bytes>,
+pub(super) struct Open {
+    pub(super) sender: SendRequest<Bytes>,
     closed: Arc<AtomicBool>,
 }
 
 /// The agent's connection, shared by every clone of its client.
 #[derive(Debug)]
-struct Connection {
+pub(super) struct Connection {
     path: PathBuf,
     /// The open connection; `None` until the first call.
     open: ArcSwapOption<Open>,
@@ -111,7 +111,7 @@ impl Connection {
     }
 
     /// The open connection, or a new one. The flag is true for a new one.
-    async fn get(&self) -> Result<(Arc<Open>, bool), TransportError> {
+    pub(super) async fn get(&self) -> Result<(Arc<Open>, bool), TransportError> {
         if let Some(o) = self.current() {
             return Ok((o, false));
         }
@@ -271,10 +271,10 @@ pub type AgentClient = PolicyAgentClient<UnixHttp>;
 /// come encoded ([`crate::wire`]) instead of as generated messages.
 pub type CallClient = tonic::client::Grpc<UnixHttp>;
 
-/// Builds lazily connecting HTTP/2 clients for the agent at `path`: the
-/// generated one (discovery, health) and the one for policy calls, sharing
-/// one connection.
-pub fn connect_lazy(path: &Path) -> (AgentClient, CallClient) {
+/// Lazily connecting clients for the agent at `path`, sharing one
+/// connection: the generated one (discovery, health), the one for unary
+/// policy calls, and the call stream.
+pub fn connect_lazy(path: &Path) -> (AgentClient, CallClient, Arc<super::mux::CallStream>) {
     let http = UnixHttp {
         connection: Arc::new(Connection {
             path: path.to_path_buf(),
@@ -282,6 +282,7 @@ pub fn connect_lazy(path: &Path) -> (AgentClient, CallClient) {
             connecting: tokio::sync::Mutex::new(()),
         }),
     };
+    let stream = Arc::new(super::mux::CallStream::new(Arc::clone(&http.connection)));
     // The authority is only the HTTP/2 :authority the agent sees.
     let origin = http::Uri::from_static("http://agent");
     let calls = tonic::client::Grpc::with_origin(http.clone(), origin.clone())
@@ -290,7 +291,7 @@ pub fn connect_lazy(path: &Path) -> (AgentClient, CallClient) {
     let client = PolicyAgentClient::with_origin(http, origin)
         .max_decoding_message_size(MAX_REPLY_BYTES)
         .max_encoding_message_size(MAX_REPLY_BYTES);
-    (client, calls)
+    (client, calls, stream)
 }
 
 /// Largest agent reply (and call) accepted: room for a replaced body at
