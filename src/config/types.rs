@@ -144,6 +144,14 @@ pub struct AgentConfig {
     /// Circuit breaker of this agent.
     #[serde(default)]
     pub circuit_breaker: CircuitBreakerConfig,
+    /// Send policy calls on the agent's call stream when it serves one
+    /// (`serves_call_stream`). Default true; false keeps unary calls.
+    #[serde(default = "default_true")]
+    pub call_stream: bool,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 fn default_max_calls() -> u32 {

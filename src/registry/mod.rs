@@ -148,7 +148,7 @@ impl AgentHandle {
 
     /// The call stream, when discovery said the agent serves it.
     fn call_stream(&self) -> Option<&mux::CallStream> {
-        let serves = self.discovered.load().as_ref().is_some_and(|d| d.call_stream);
+        let serves = self.config.call_stream && self.discovered.load().as_ref().is_some_and(|d| d.call_stream);
         serves.then_some(&*self.stream)
     }
 
