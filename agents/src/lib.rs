@@ -79,6 +79,7 @@
 //! * `registry`: the agent's policies by name.
 //! * `runner`: runs the policies of one call; `on_failure`.
 //! * `service`: the gRPC service ([`AgentService`]); health and drain state.
+//! * `call_stream`: calls as messages on one long-lived stream (`rpc Calls`).
 //! * `socket`: binding the Unix socket safely ([`SocketError`]).
 //! * `agent`: [`Agent`] and [`AgentBuilder`]: serve, signals, drain.
 //! * [`client`]: connect to an agent on a Unix socket (tests, tools).
@@ -92,6 +93,7 @@
 
 mod action;
 mod agent;
+mod call_stream;
 pub mod cli;
 pub mod client;
 mod context;

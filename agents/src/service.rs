@@ -1,6 +1,6 @@
 //! The gRPC service: answers `GetAgentConfig` and `HealthCheck` and hands
-//! execution calls to the runner, counting them so that a drain can wait
-//! for them.
+//! execution calls, unary or on the call stream ([`crate::call_stream`]),
+//! to the runner, counting them so that a drain can wait for them.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -39,7 +39,7 @@ impl DrainState {
         self.draining.load(Ordering::SeqCst)
     }
 
-    fn enter(&self) -> InflightGuard<'_> {
+    pub(crate) fn enter(&self) -> InflightGuard<'_> {
         self.inflight.send_modify(|n| *n += 1);
         InflightGuard(self)
     }
@@ -53,7 +53,7 @@ impl DrainState {
 }
 
 /// Counts one in-flight call; dropped when the call ends or is cancelled.
-struct InflightGuard<'a>(&'a DrainState);
+pub(crate) struct InflightGuard<'a>(&'a DrainState);
 
 impl Drop for InflightGuard<'_> {
     fn drop(&mut self) {
@@ -141,6 +141,18 @@ impl proto::policy_agent_server::PolicyAgent for AgentService {
         Ok(Response::new(reply))
     }
 
+    type CallsStream = crate::call_stream::ReplyStream;
+
+    async fn calls(
+        &self,
+        request: Request<tonic::Streaming<proto::CallFrame>>,
+    ) -> Result<Response<Self::CallsStream>, Status> {
+        Ok(Response::new(crate::call_stream::serve(
+            Arc::clone(&self.shared),
+            request.into_inner(),
+        )))
+    }
+
     async fn get_agent_config(
         &self,
         _request: Request<proto::GetAgentConfigRequest>,
@@ -149,6 +161,7 @@ impl proto::policy_agent_server::PolicyAgent for AgentService {
             agent_name: self.shared.name.clone(),
             agent_version: self.shared.version.clone(),
             supported_policies: self.shared.registry.infos(),
+            serves_call_stream: true,
         }))
     }
 

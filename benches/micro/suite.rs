@@ -61,6 +61,7 @@ fn snapshot(routes: &str, declares: &[Vec<String>]) -> Snapshot {
         .map(|(c, policies)| {
             let a = AgentHandle::new(c.clone());
             a.set_discovered(Discovered {
+                call_stream: false,
                 agent_name: c.name.clone(),
                 agent_version: "bench".into(),
                 policies: policies

@@ -474,6 +474,16 @@ fn response_instr(step: Step, meta_value: String) -> Option<Rs> {
 
 #[tonic::async_trait]
 impl PolicyAgent for Agent {
+    // A spec-only agent: unary calls only (serves_call_stream is false).
+    type CallsStream = futures::stream::Empty<Result<proto::ReplyFrame, Status>>;
+
+    async fn calls(
+        &self,
+        _request: Request<tonic::Streaming<proto::CallFrame>>,
+    ) -> Result<Response<Self::CallsStream>, Status> {
+        Err(Status::unimplemented("this agent serves unary calls only"))
+    }
+
     async fn execute_policy_request(
         &self,
         request: Request<proto::PolicyRequestPhase>,
@@ -612,6 +622,7 @@ impl PolicyAgent for Agent {
             _ => proto::PolicyPhase::RequestResponse,
         };
         Ok(Response::new(proto::GetAgentConfigResponse {
+            serves_call_stream: false,
             agent_name: self.script.name.clone(),
             agent_version: "test".into(),
             supported_policies: self

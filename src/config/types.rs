@@ -210,6 +210,14 @@ pub struct AgentConfig {
     /// The gid it must run as. Default: any.
     #[serde(default)]
     pub expected_gid: Option<u32>,
+    /// Send policy calls on the agent's call stream when it serves one
+    /// (`serves_call_stream`). Default true; false keeps unary calls.
+    #[serde(default = "default_true")]
+    pub call_stream: bool,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 impl AgentConfig {

@@ -137,6 +137,7 @@ mod tests {
             serde_yaml::from_str(&format!("name: {name}\nsocket_path: /nonexistent/{name}.sock")).unwrap();
         let a = AgentHandle::new(cfg);
         a.set_discovered(Discovered {
+            call_stream: false,
             agent_name: name.into(),
             agent_version: "1".into(),
             policies: [(info.name.clone(), info)].into_iter().collect(),

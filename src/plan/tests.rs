@@ -9,6 +9,7 @@ fn agent(name: &str, policies: &[&str], healthy: bool) -> Arc<AgentHandle> {
         serde_yaml::from_str(&format!("name: {name}\nsocket_path: /nonexistent/{name}.sock")).unwrap();
     let a = AgentHandle::new(cfg);
     a.set_discovered(Discovered {
+        call_stream: false,
         agent_name: name.into(),
         agent_version: "1".into(),
         policies: policies
@@ -205,6 +206,7 @@ fn strict_mode_check_sees_health_changes() {
 fn a_missing_required_param_leaves_the_agent_out() {
     let a = agent("a", &["p"], true);
     a.set_discovered(Discovered {
+        call_stream: false,
         agent_name: "a".into(),
         agent_version: "1".into(),
         policies: [(

@@ -127,12 +127,16 @@ impl AgentCall {
     /// A description of the problem when the encoded call is over
     /// [`super::client::MAX_REPLY_BYTES`], which the transport would refuse
     /// with an opaque protocol error.
-    fn oversized(&self) -> Option<String> {
+    fn encoded_len(&self) -> usize {
         use prost::Message;
-        let len = match self {
+        match self {
             AgentCall::Request(r) | AgentCall::Response(r) => r.encoded_len(),
             AgentCall::Chunk(c) => c.encoded_len(),
-        };
+        }
+    }
+
+    fn oversized(&self) -> Option<String> {
+        let len = self.encoded_len();
         (len > super::client::MAX_REPLY_BYTES).then(|| {
             format!(
                 "call too large: {len} bytes, over the {}-byte gRPC message limit",
@@ -250,6 +254,12 @@ impl AgentHandle {
         timeout: Duration,
         trace: Option<&opentelemetry::Context>,
     ) -> Result<AgentReply, tonic::Status> {
+        if let Some(stream) = self.call_stream() {
+            if call.encoded_len() <= super::mux::MAX_STREAMED_CALL {
+                self.metrics.stream_calls.inc();
+                return stream.call(call, trace).await;
+            }
+        }
         let mut grpc = self.call_client();
         match call {
             AgentCall::Request(r) => unary(&mut grpc, EXECUTE_REQUEST, r, timeout, trace)

@@ -88,14 +88,14 @@ impl TransportError {
 
 /// An open connection: its request handle, and whether it has ended.
 #[derive(Debug)]
-struct Open {
-    sender: SendRequest<Bytes>,
+pub(super) struct Open {
+    pub(super) sender: SendRequest<Bytes>,
     closed: Arc<AtomicBool>,
 }
 
 /// The agent's connection, shared by every clone of its client.
 #[derive(Debug)]
-struct Connection {
+pub(super) struct Connection {
     path: PathBuf,
     /// The agent's name, for the identity check's log line and metric.
     agent: String,
@@ -119,7 +119,7 @@ impl Connection {
     }
 
     /// The open connection, or a new one. The flag is true for a new one.
-    async fn get(&self) -> Result<(Arc<Open>, bool), TransportError> {
+    pub(super) async fn get(&self) -> Result<(Arc<Open>, bool), TransportError> {
         if let Some(o) = self.current() {
             return Ok((o, false));
         }
@@ -301,11 +301,15 @@ pub type AgentClient = PolicyAgentClient<UnixHttp>;
 /// come encoded ([`crate::wire`]) instead of as generated messages.
 pub type CallClient = tonic::client::Grpc<UnixHttp>;
 
-/// Builds lazily connecting HTTP/2 clients for the agent `agent` at
-/// `path`: the generated one (discovery, health) and the one for policy
-/// calls, sharing one connection. Each new connection is first checked to be
-/// served by `expected` ([`policy_net::check_peer`]).
-pub fn connect_lazy(path: &Path, agent: &str, expected: policy_net::ExpectedPeer) -> (AgentClient, CallClient) {
+/// Lazily connecting clients for the agent `agent` at `path`, sharing one
+/// connection: the generated one (discovery, health), the one for unary
+/// policy calls, and the call stream. Each new connection is first checked
+/// to be served by `expected` ([`policy_net::check_peer`]).
+pub fn connect_lazy(
+    path: &Path,
+    agent: &str,
+    expected: policy_net::ExpectedPeer,
+) -> (AgentClient, CallClient, Arc<super::mux::CallStream>) {
     let http = UnixHttp {
         connection: Arc::new(Connection {
             path: path.to_path_buf(),
@@ -315,6 +319,7 @@ pub fn connect_lazy(path: &Path, agent: &str, expected: policy_net::ExpectedPeer
             connecting: tokio::sync::Mutex::new(()),
         }),
     };
+    let stream = Arc::new(super::mux::CallStream::new(Arc::clone(&http.connection)));
     // The authority is only the HTTP/2 :authority the agent sees.
     let origin = http::Uri::from_static("http://agent");
     let calls = tonic::client::Grpc::with_origin(http.clone(), origin.clone())
@@ -323,7 +328,7 @@ pub fn connect_lazy(path: &Path, agent: &str, expected: policy_net::ExpectedPeer
     let client = PolicyAgentClient::with_origin(http, origin)
         .max_decoding_message_size(MAX_REPLY_BYTES)
         .max_encoding_message_size(MAX_REPLY_BYTES);
-    (client, calls)
+    (client, calls, stream)
 }
 
 /// Largest agent reply (and call) accepted: room for a replaced body at

@@ -27,6 +27,8 @@ pub struct Discovered {
     pub agent_version: String,
     /// Declared policies by name.
     pub policies: PolicyIndex,
+    /// Whether the agent serves the call stream (`rpc Calls`).
+    pub call_stream: bool,
 }
 
 /// Asks the agent for its configuration, within `timeout`.
@@ -40,6 +42,7 @@ pub async fn discover(agent: &AgentHandle, timeout: Duration) -> Result<Discover
         .map_err(|s| format!("discovery failed: {}", s.message()))?
         .into_inner();
     Ok(Discovered {
+        call_stream: resp.serves_call_stream,
         agent_name: resp.agent_name,
         agent_version: resp.agent_version,
         policies: resp

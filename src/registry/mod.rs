@@ -10,6 +10,7 @@ mod call;
 pub mod circuit;
 mod client;
 pub mod health;
+pub mod mux;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,8 +35,10 @@ pub struct AgentHandle {
     /// The agent's metric handles.
     pub metrics: AgentMetrics,
     client: AgentClient,
-    /// `client`'s connection, for policy calls.
+    /// `client`'s connection, for unary policy calls.
     grpc: CallClient,
+    /// The call stream on that connection, for agents that serve it.
+    stream: Arc<mux::CallStream>,
     /// The agent's circuit breaker.
     pub circuit: circuit::Circuit,
     /// Permits for calls in flight (`max_concurrent_calls`).
@@ -56,7 +59,7 @@ impl std::fmt::Debug for AgentHandle {
 impl AgentHandle {
     /// A handle with a lazily connecting client; not healthy, not discovered.
     pub fn new(config: AgentConfig) -> Arc<Self> {
-        let (client, grpc) = connect_lazy(&config.socket_path, &config.name, config.expected_peer());
+        let (client, grpc, stream) = connect_lazy(&config.socket_path, &config.name, config.expected_peer());
         Arc::new(Self {
             metrics: AgentMetrics::new(&config.name),
             circuit: circuit_of(&config),
@@ -64,6 +67,7 @@ impl AgentHandle {
             config,
             client,
             grpc,
+            stream,
             healthy: AtomicBool::new(false),
             discovered: ArcSwapOption::empty(),
         })
@@ -80,6 +84,7 @@ impl AgentHandle {
             config,
             client: self.client.clone(),
             grpc: self.grpc.clone(),
+            stream: Arc::clone(&self.stream),
             healthy: AtomicBool::new(self.is_healthy()),
             discovered: ArcSwapOption::new(self.discovered()),
         })
@@ -136,9 +141,15 @@ impl AgentHandle {
         self.client.clone()
     }
 
-    /// The client for policy calls (same connection).
+    /// The client for unary policy calls (same connection).
     fn call_client(&self) -> CallClient {
         self.grpc.clone()
+    }
+
+    /// The call stream, when discovery said the agent serves it.
+    fn call_stream(&self) -> Option<&mux::CallStream> {
+        let serves = self.config.call_stream && self.discovered.load().as_ref().is_some_and(|d| d.call_stream);
+        serves.then_some(&*self.stream)
     }
 
     /// Per-call timeout.

@@ -32,6 +32,8 @@ pub struct Metrics {
     pub agent_health: IntGaugeVec,
     /// `policy_kernel_agent_timeouts_total{agent}`.
     pub agent_timeouts: IntCounterVec,
+    /// `policy_kernel_agent_stream_calls_total{agent}`.
+    pub agent_stream_calls: IntCounterVec,
     /// `policy_kernel_config_reload_total{status}`.
     pub reloads: IntCounterVec,
     /// `policy_kernel_agent_calls_per_request{route}`.
@@ -142,6 +144,12 @@ impl Metrics {
                 &r,
                 "policy_kernel_agent_timeouts_total",
                 "Total number of agent timeouts",
+                &["agent"],
+            ),
+            agent_stream_calls: counter(
+                &r,
+                "policy_kernel_agent_stream_calls_total",
+                "Policy calls sent on the agent's call stream (the rest are unary calls)",
                 &["agent"],
             ),
             reloads,
@@ -302,6 +310,8 @@ impl RouteMetrics {
 pub struct AgentMetrics {
     /// `agent_timeouts_total{agent}`.
     pub timeouts: IntCounter,
+    /// `agent_stream_calls_total{agent}`.
+    pub stream_calls: IntCounter,
     /// `agent_health{agent}`.
     pub health: IntGauge,
     /// `agent_circuit_state{agent}`.
@@ -314,6 +324,7 @@ impl AgentMetrics {
         let m = metrics();
         Self {
             timeouts: m.agent_timeouts.with_label_values(&[name]),
+            stream_calls: m.agent_stream_calls.with_label_values(&[name]),
             health: m.agent_health.with_label_values(&[name]),
             circuit: m.circuit.with_label_values(&[name]),
         }

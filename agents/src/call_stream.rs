@@ -1,0 +1,152 @@
+//! The agent's side of the call stream (`rpc Calls`): calls arrive as
+//! [`proto::CallFrame`]s on one long-lived stream, each runs as a task of its
+//! own (a slow call holds back no other), and each reply goes back as a
+//! [`proto::ReplyFrame`] with the call's id, as soon as it is ready.
+//!
+//! A cancellation frame aborts its call's task; so does the end of the
+//! stream (the kernel went away) for every call still running. A call's
+//! `deadline_ms` bounds it as the gRPC deadline bounds a unary call: past
+//! it, the call is dropped and answered DEADLINE_EXCEEDED.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::Stream;
+use tokio::sync::mpsc;
+use tokio::task::AbortHandle;
+use tokio::time::Instant;
+use tonic::{Code, Status, Streaming};
+use tracing::Instrument;
+
+use crate::context::{CallInfo, Phase};
+use crate::proto::{self, call_frame::Call, reply_frame::Reply};
+use crate::service::Shared;
+
+/// The reply stream handed to tonic.
+pub(crate) type ReplyStream = Pin<Box<dyn Stream<Item = Result<proto::ReplyFrame, Status>> + Send>>;
+
+/// Calls in flight tracked before finished ones are pruned.
+const PRUNE_AT: usize = 256;
+
+/// Serves one call stream: reads frames until the kernel closes it, runs
+/// each call on a task of its own, and returns the stream of replies.
+pub(crate) fn serve(shared: Arc<Shared>, mut inbound: Streaming<proto::CallFrame>) -> ReplyStream {
+    let (tx, rx) = mpsc::unbounded_channel::<Result<proto::ReplyFrame, Status>>();
+    tokio::spawn(async move {
+        let mut running: HashMap<u64, AbortHandle> = HashMap::new();
+        loop {
+            let frame = match inbound.message().await {
+                Ok(Some(frame)) => frame,
+                Ok(None) => break,
+                Err(status) => {
+                    tracing::debug!(error = %status, "call stream ended with an error");
+                    break;
+                }
+            };
+            let id = frame.id;
+            let Some(call) = frame.call else {
+                let _ = tx.send(Ok(error_frame(id, Code::InvalidArgument, "call frame without a call")));
+                continue;
+            };
+            if let Call::Cancel(_) = call {
+                if let Some(task) = running.remove(&id) {
+                    if !task.is_finished() {
+                        task.abort();
+                        tracing::debug!(call_id = id, "call cancelled by the kernel");
+                    }
+                }
+                continue;
+            }
+            if running.len() >= PRUNE_AT {
+                running.retain(|_, task| !task.is_finished());
+            }
+            let task = tokio::spawn(run(
+                Arc::clone(&shared),
+                id,
+                call,
+                frame.traceparent,
+                frame.tracestate,
+                tx.clone(),
+            ));
+            running.insert(id, task.abort_handle());
+        }
+        // The kernel is gone (or closed the stream): nobody waits for these.
+        let mut cancelled = 0usize;
+        for task in running.into_values().filter(|t| !t.is_finished()) {
+            task.abort();
+            cancelled += 1;
+        }
+        if cancelled > 0 {
+            tracing::debug!(cancelled, "call stream closed: its calls still running were cancelled");
+        }
+    });
+    Box::pin(tokio_stream::wrappers::UnboundedReceiverStream::new(rx))
+}
+
+fn error_frame(id: u64, code: Code, message: &str) -> proto::ReplyFrame {
+    proto::ReplyFrame {
+        id,
+        reply: Some(Reply::Error(proto::CallStatus {
+            code: code as i32,
+            message: message.to_string(),
+        })),
+    }
+}
+
+fn non_empty(s: String) -> Option<String> {
+    (!s.is_empty()).then_some(s)
+}
+
+/// Runs one call and sends its reply (none when it was aborted).
+async fn run(
+    shared: Arc<Shared>,
+    id: u64,
+    call: Call,
+    traceparent: String,
+    tracestate: String,
+    tx: mpsc::UnboundedSender<Result<proto::ReplyFrame, Status>>,
+) {
+    let _guard = shared.drain.enter();
+    let (request_id, deadline_ms, phase) = match &call {
+        Call::Request(c) => (c.request_id.clone(), c.deadline_ms, Phase::Request),
+        Call::Response(c) => (c.request_id.clone(), c.deadline_ms, Phase::Response),
+        Call::Chunk(c) => (c.request_id.clone(), c.deadline_ms, Phase::Response),
+        Call::Cancel(_) => return,
+    };
+    let deadline = u64::try_from(deadline_ms)
+        .ok()
+        .filter(|ms| *ms > 0)
+        .map(|ms| Instant::now() + Duration::from_millis(ms));
+    let info = CallInfo {
+        request_id,
+        phase,
+        traceparent: non_empty(traceparent),
+        tracestate: non_empty(tracestate),
+        deadline,
+    };
+    let span = tracing::debug_span!("execute", call_id = id, request_id = %info.request_id);
+    let registry = &shared.registry;
+    let work = async move {
+        match call {
+            Call::Request(c) => Reply::Request(crate::runner::execute_request(registry, c, info).await),
+            Call::Response(c) => Reply::Response(crate::runner::execute_response(registry, c, info).await),
+            Call::Chunk(c) => Reply::Chunk(crate::stream::execute_chunk(registry, c, info).await),
+            Call::Cancel(_) => Reply::Error(proto::CallStatus::default()),
+        }
+    }
+    .instrument(span);
+    let reply = match deadline {
+        Some(at) => match tokio::time::timeout_at(at, work).await {
+            Ok(reply) => proto::ReplyFrame { id, reply: Some(reply) },
+            Err(_) => error_frame(id, Code::DeadlineExceeded, "deadline exceeded"),
+        },
+        None => proto::ReplyFrame {
+            id,
+            reply: Some(work.await),
+        },
+    };
+    // The stream is gone when this fails: the kernel no longer waits.
+    let _ = tx.send(Ok(reply));
+}

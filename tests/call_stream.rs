@@ -1,0 +1,224 @@
+//! The call stream (`rpc Calls`) with real processes: the kernel binary, the
+//! SDK's `example-agent` (which serves it), the spec-only test agent (unary
+//! calls only) and a real Envoy.
+
+mod support;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use support::*;
+
+/// `example-agent` on `socket`, logging at debug (its cancellations).
+fn example_agent(dir: &Path, socket: &Path) -> Proc {
+    let mut cmd = Command::new(agent_bin("example-agent"));
+    cmd.arg(format!("--socket={}", socket.display()))
+        .env("RUST_LOG", "policy_agents=debug");
+    let p = Proc::spawn("example-agent", &mut cmd, &dir.join("example.log"));
+    wait_socket(socket, Duration::from_secs(20));
+    p
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+async fn healthy(kernel: &KernelProc, agents: usize) {
+    until("agents healthy", Duration::from_secs(20), || async {
+        kernel.admin_get("/config").1.matches("\"healthy\":true").count() >= agents
+    })
+    .await;
+}
+
+fn stream_calls(kernel: &KernelProc, agent: &str) -> f64 {
+    kernel.metric(&format!("policy_kernel_agent_stream_calls_total{{agent=\"{agent}\"}}"))
+}
+
+/// An SDK agent gets its calls on the call stream, a spec-only agent gets
+/// unary calls, and both answer through a real Envoy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_agents_get_the_call_stream_and_spec_only_agents_unary_calls() {
+    let tmp = workdir();
+    let dir = tmp.path();
+    let example_sock = dir.join("example.sock");
+    let _example = example_agent(dir, &example_sock);
+    let test_agent = TestAgent::start(
+        dir,
+        "plain",
+        "policies:\n  - name: tag\n    request:\n      - set_header: {name: x-plain, value: \"1\"}\n",
+    );
+    let kernel = KernelProc::start(
+        dir,
+        &format!(
+            "  agents:\n{}{}  route_policies:\n    - route_name: users\n      request_policy_chain:\n        - policy: addHeader\n          params: {{name: x-example, value: \"1\"}}\n        - policy: tag\n      response_policy_chain:\n        - policy: addHeader\n          params: {{name: x-example-response, value: \"2\"}}\n",
+            load::agent_yaml("example", &example_sock, 200, ""),
+            load::agent_yaml("plain", &test_agent.socket, 200, ""),
+        ),
+    );
+    healthy(&kernel, 2).await;
+    let upstream = Upstream::start().await;
+    let envoy = Envoy::start(dir, &kernel.socket, upstream.addr.port());
+    let client = reqwest::Client::new();
+    for _ in 0..5 {
+        let r = send(&client, "GET", &envoy.url("/users/1"), &[], None).await;
+        assert_eq!(r.status, 200, "{}\n{}", r.body, kernel.log());
+        assert_eq!(r.echoed_header("x-example").as_deref(), Some("1"));
+        assert_eq!(r.echoed_header("x-plain").as_deref(), Some("1"));
+        assert_eq!(r.header("x-example-response"), Some("2"));
+    }
+    // Five requests, a request and a response call each, on the stream.
+    assert_eq!(
+        stream_calls(&kernel, "example"),
+        10.0,
+        "{}",
+        kernel.admin_get("/metrics").1
+    );
+    assert_eq!(stream_calls(&kernel, "plain"), 0.0);
+    let ends = test_agent.events().iter().filter(|e| e.starts_with("end")).count();
+    assert_eq!(
+        ends,
+        5,
+        "the spec-only agent got its unary calls: {:?}",
+        test_agent.events()
+    );
+}
+
+/// One slow call on the stream holds back no other: requests to a fast
+/// route complete while a call of the slow route is still running (it runs
+/// until its 5 s deadline).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_call_holds_back_no_other_call() {
+    let tmp = workdir();
+    let dir = tmp.path();
+    let sock = dir.join("example.sock");
+    let _example = example_agent(dir, &sock);
+    let kernel = KernelProc::start(
+        dir,
+        &format!(
+            "  agents:\n{}  route_policies:\n    - route_name: slow\n      request_policy_chain:\n        - policy: delay\n          params: {{ms: \"30000\"}}\n    - route_name: users\n      request_policy_chain:\n        - policy: addHeader\n          params: {{name: x-example, value: \"1\"}}\n",
+            load::agent_yaml("example", &sock, 200, "      timeout_ms: 5000\n"),
+        ),
+    );
+    healthy(&kernel, 1).await;
+    let upstream = Upstream::start().await;
+    let envoy = Envoy::start(dir, &kernel.socket, upstream.addr.port());
+    let client = reqwest::Client::new();
+    let slow = tokio::spawn({
+        let (client, url) = (client.clone(), envoy.url("/slow/1"));
+        async move { send(&client, "GET", &url, &[], None).await.status }
+    });
+    until("the slow call is on the stream", Duration::from_secs(10), || async {
+        stream_calls(&kernel, "example") >= 1.0
+    })
+    .await;
+    let fast: Vec<_> = (0..20)
+        .map(|_| {
+            let (client, url) = (client.clone(), envoy.url("/users/1"));
+            tokio::spawn(async move { send(&client, "GET", &url, &[], None).await })
+        })
+        .collect();
+    for f in fast {
+        let r = f.await.expect("fast request");
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert_eq!(r.echoed_header("x-example").as_deref(), Some("1"));
+    }
+    assert!(!slow.is_finished(), "the slow call ended early: {}", kernel.log());
+    assert_eq!(stream_calls(&kernel, "example"), 21.0);
+    slow.abort();
+}
+
+/// A client that goes away mid-call makes the kernel cancel the call on the
+/// stream, and the agent stops its work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_goes_away_cancels_the_agents_work() {
+    let tmp = workdir();
+    let dir = tmp.path();
+    let sock = dir.join("example.sock");
+    let _example = example_agent(dir, &sock);
+    let kernel = KernelProc::start(
+        dir,
+        &format!(
+            "  agents:\n{}  route_policies:\n    - route_name: slow\n      request_policy_chain:\n        - policy: delay\n          params: {{ms: \"30000\"}}\n",
+            load::agent_yaml("example", &sock, 200, "      timeout_ms: 5000\n"),
+        ),
+    );
+    healthy(&kernel, 1).await;
+    let upstream = Upstream::start().await;
+    let envoy = Envoy::start(dir, &kernel.socket, upstream.addr.port());
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_millis(1500))
+        .build()
+        .expect("client");
+    // The client gives up after 1.5 s; Envoy resets the ext_proc stream.
+    let gave_up = client.get(envoy.url("/slow/1")).send().await;
+    assert!(gave_up.is_err(), "the delayed request answered: {gave_up:?}");
+    let log = dir.join("example.log");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !read(&log).contains("call cancelled by the kernel") {
+        assert!(
+            Instant::now() < deadline,
+            "no cancellation:\n{}\n{}",
+            read(&log),
+            kernel.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The stream still serves: cancellation ended one call, not the stream.
+    let r = reqwest::Client::new()
+        .get(envoy.url("/users/1"))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(r.status(), 200);
+}
+
+/// An agent restarting mid-stream fails the call in flight by `on_failure`
+/// (not retried: it was sent), and the calls after it reconnect.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_restart_fails_calls_in_flight_and_the_next_calls_reconnect() {
+    let tmp = workdir();
+    let dir = tmp.path();
+    let sock = dir.join("example.sock");
+    let mut example = example_agent(dir, &sock);
+    let kernel = KernelProc::start(
+        dir,
+        &format!(
+            "  agents:\n{}  route_policies:\n    - route_name: slow\n      request_policy_chain:\n        - policy: delay\n          params: {{ms: \"30000\"}}\n    - route_name: users\n      request_policy_chain:\n        - policy: addHeader\n          params: {{name: x-example, value: \"1\"}}\n",
+            load::agent_yaml("example", &sock, 200, "      timeout_ms: 5000\n"),
+        ),
+    );
+    healthy(&kernel, 1).await;
+    let upstream = Upstream::start().await;
+    let envoy = Envoy::start(dir, &kernel.socket, upstream.addr.port());
+    let client = reqwest::Client::new();
+    assert_eq!(
+        send(&client, "GET", &envoy.url("/users/1"), &[], None).await.status,
+        200
+    );
+    let slow = tokio::spawn({
+        let (client, url) = (client.clone(), envoy.url("/slow/1"));
+        async move { send(&client, "GET", &url, &[], None).await }
+    });
+    until("the slow call is on the stream", Duration::from_secs(10), || async {
+        stream_calls(&kernel, "example") >= 2.0
+    })
+    .await;
+    example.kill();
+    let r = slow.await.expect("slow request");
+    // on_failure unset, fail_open false: policy_failure_response (500).
+    assert_eq!(r.status, 500, "{}\n{}", r.body, kernel.log());
+    assert!(r.body.contains("POLICY_EXECUTION_FAILED"), "{}", r.body);
+    assert!(
+        kernel.log().contains("call stream closed"),
+        "not failed by the restart:\n{}",
+        kernel.log()
+    );
+
+    let _example = example_agent(dir, &sock);
+    healthy(&kernel, 1).await;
+    let r = send(&client, "GET", &envoy.url("/users/1"), &[], None).await;
+    assert_eq!(r.status, 200, "{}\n{}", r.body, kernel.log());
+    assert_eq!(r.echoed_header("x-example").as_deref(), Some("1"));
+    assert_eq!(stream_calls(&kernel, "example"), 3.0);
+}
