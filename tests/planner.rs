@@ -1,0 +1,214 @@
+//! End to end for the planner workers: completions with planned tool calls
+//! from an upstream model API (scripted), through a real Envoy 1.40, the
+//! kernel binary and the real `planner-agent` on a Unix socket.
+//!
+//! Routes (names from the shared Envoy test config): `body` blocks refused
+//! plans, `chain` strips the refused calls, `resp` flags them.
+
+mod support;
+
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use support::sse_upstream::{Script, SseUpstream};
+use support::*;
+
+const PARAMS: &str =
+    r#"constraints: [{"tools": ["read_file"], "path_args": ["path"], "allowed_paths": ["/srv/data"]}]"#;
+
+fn routes() -> String {
+    let route = |name: &str, outcome: &str| {
+        let policy = format!("{{policy: planCritic, params: {{on_violation: {outcome}, max_calls: 3, {PARAMS}}}}}");
+        format!("    - route_name: {name}\n      request_policy_chain: [{policy}]\n      response_policy_chain: [{policy}]\n")
+    };
+    format!(
+        "  route_policies:\n{}{}{}",
+        route("body", "block"),
+        route("chain", "strip"),
+        route("resp", "flag")
+    )
+}
+
+struct Stack {
+    _tmp: tempfile::TempDir,
+    _planner: Proc,
+    kernel: KernelProc,
+    envoy: Envoy,
+    up: SseUpstream,
+}
+
+impl Stack {
+    async fn start() -> Self {
+        let tmp = workdir();
+        let dir = tmp.path().to_path_buf();
+        let sock = dir.join("planner.sock");
+        let mut cmd = Command::new(agent_bin("planner-agent"));
+        cmd.arg(format!("--socket={}", sock.display()));
+        let planner = Proc::spawn("planner-agent", &mut cmd, &dir.join("planner.log"));
+        wait_socket(&sock, Duration::from_secs(20));
+        let agents = format!(
+            "  agents:\n    - name: planner\n      socket_path: {}\n      health_check_interval_ms: 100\n",
+            sock.display()
+        );
+        let kernel = KernelProc::start(&dir, &format!("{agents}{}", routes()));
+        let up = SseUpstream::start().await;
+        let envoy = Envoy::start(&dir, &kernel.socket, up.addr.port());
+        until("planner-agent healthy", Duration::from_secs(20), || async {
+            let (_, cfg) = kernel.admin_get("/config");
+            serde_json::from_str::<Value>(&cfg)
+                .ok()
+                .and_then(|c| c["agents"].as_array().map(|a| a.iter().all(|x| x["healthy"] == true)))
+                .unwrap_or(false)
+        })
+        .await;
+        Stack {
+            _tmp: tmp,
+            _planner: planner,
+            kernel,
+            envoy,
+            up,
+        }
+    }
+
+    /// Posts a chat request declaring the tools; the upstream answers `completion`.
+    async fn post(&self, route: &str, name: &str, completion: &Value) -> Got {
+        self.up.script(
+            name,
+            Script {
+                content_type: "application/json",
+                pieces: vec![completion.to_string().into_bytes()],
+                pause: Duration::ZERO,
+                gated: false,
+            },
+        );
+        let request = json!({"model": "m", "messages": [{"role": "user", "content": "read my notes"}], "tools": [
+            {"type": "function", "function": {"name": "read_file", "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"], "additionalProperties": false}}},
+            {"type": "function", "function": {"name": "search", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}
+        ]});
+        send(
+            &reqwest::Client::new(),
+            "POST",
+            &self.envoy.url(&format!("/{route}/v1/chat/completions")),
+            &[("content-type", "application/json"), ("x-script", name)],
+            Some(&request.to_string()),
+        )
+        .await
+    }
+
+    fn diag(&self) -> String {
+        format!(
+            "--- kernel ---\n{}\n--- envoy ---\n{}",
+            self.kernel.log(),
+            self.envoy.log()
+        )
+    }
+}
+
+fn openai(calls: &[(&str, Value)]) -> Value {
+    let calls: Vec<Value> = calls
+        .iter()
+        .enumerate()
+        .map(|(i, (n, a))| json!({"id": format!("call_{i}"), "type": "function", "function": {"name": n, "arguments": a.to_string()}}))
+        .collect();
+    json!({"id": "chatcmpl-1", "object": "chat.completion", "model": "m", "choices": [{"index": 0, "finish_reason": "tool_calls",
+        "message": {"role": "assistant", "content": null, "tool_calls": calls}}]})
+}
+
+fn json_of(got: &Got) -> Value {
+    serde_json::from_str(&got.body).unwrap_or_else(|e| panic!("not JSON ({e}): {} {}", got.status, got.body))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn planned_tool_calls_through_envoy() {
+    let s = Stack::start().await;
+
+    // An allowed plan passes unchanged, on every route.
+    let allowed = openai(&[
+        ("read_file", json!({"path": "/srv/data/notes.md"})),
+        ("search", json!({"q": "notes"})),
+    ]);
+    for route in ["body", "chain", "resp"] {
+        let got = s.post(route, &format!("ok-{route}"), &allowed).await;
+        assert_eq!(got.status, 200, "{route}: {}\n{}", got.body, s.diag());
+        assert_eq!(got.body, allowed.to_string(), "{route}: unchanged, byte for byte");
+        assert!(got.header("x-plan-violation").is_none());
+    }
+
+    // Block: 403 naming the call and the check, for each kind of bad call.
+    let bad: [(&str, Value, &str); 3] = [
+        ("delete_repo", json!({"name": "prod"}), "unknown_tool"),
+        ("read_file", json!({"path": 42}), "schema_mismatch"),
+        ("read_file", json!({"path": "/etc/shadow"}), "argument_refused"),
+    ];
+    for (i, (tool, args, check)) in bad.iter().enumerate() {
+        let plan = openai(&[("search", json!({"q": "x"})), (tool, args.clone())]);
+        let got = s.post("body", &format!("block-{i}"), &plan).await;
+        assert_eq!(got.status, 403, "{check}: {}\n{}", got.body, s.diag());
+        let b = json_of(&got);
+        assert_eq!(b["reason"], "plan_rejected", "{b}");
+        assert_eq!(b["call"]["index"], 1, "{b}");
+        assert_eq!(b["call"]["id"], "call_1", "{b}");
+        assert_eq!(b["call"]["tool"], *tool, "{b}");
+        assert_eq!(b["call"]["check"], *check, "{b}");
+        assert!(
+            !got.body.contains("shadow"),
+            "argument values stay out of errors: {}",
+            got.body
+        );
+    }
+
+    // The step limit (max_calls: 3).
+    let many = openai(
+        &(0..4)
+            .map(|i| ("search", json!({"q": i.to_string()})))
+            .collect::<Vec<_>>(),
+    );
+    let got = s.post("body", "steps", &many).await;
+    assert_eq!(got.status, 403);
+    assert_eq!(json_of(&got)["call"]["check"], "step_limit");
+
+    // Strip: the bad calls go, the good one stays; the client gets valid JSON.
+    for (i, (tool, args, check)) in bad.iter().enumerate() {
+        let plan = openai(&[(tool, args.clone()), ("search", json!({"q": "x"}))]);
+        let got = s.post("chain", &format!("strip-{i}"), &plan).await;
+        assert_eq!(got.status, 200, "{check}: {}\n{}", got.body, s.diag());
+        let b = json_of(&got);
+        let calls = b["choices"][0]["message"]["tool_calls"].as_array().expect("calls left");
+        assert_eq!(calls.len(), 1, "{check}: {b}");
+        assert_eq!(calls[0]["id"], "call_1");
+        assert_eq!(b["choices"][0]["finish_reason"], "tool_calls");
+    }
+    // Every call refused: a plain answer is left.
+    let got = s
+        .post("chain", "strip-all", &openai(&[("delete_repo", json!({}))]))
+        .await;
+    let b = json_of(&got);
+    assert!(b["choices"][0]["message"].get("tool_calls").is_none(), "{b}");
+    assert_eq!(b["choices"][0]["finish_reason"], "stop");
+    // Anthropic-style tool_use blocks.
+    let anthropic = json!({"id": "msg_1", "type": "message", "role": "assistant", "stop_reason": "tool_use", "content": [
+        {"type": "text", "text": "Reading it."},
+        {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {"path": "/srv/data/../../etc/passwd"}}
+    ]});
+    let got = s.post("chain", "strip-anthropic", &anthropic).await;
+    let b = json_of(&got);
+    assert_eq!(b["content"], json!([{"type": "text", "text": "Reading it."}]), "{b}");
+    assert_eq!(b["stop_reason"], "end_turn");
+
+    // Flag: the plan passes unchanged, with the header.
+    for (i, (tool, args, check)) in bad.iter().enumerate() {
+        let plan = openai(&[(tool, args.clone())]);
+        let got = s.post("resp", &format!("flag-{i}"), &plan).await;
+        assert_eq!(got.status, 200, "{check}: {}", got.body);
+        assert_eq!(got.body, plan.to_string());
+        assert_eq!(got.header("x-plan-violation"), Some(format!("{check}:{tool}").as_str()));
+    }
+
+    // Decisions reach Envoy's access log as dynamic metadata.
+    until("access log lines", Duration::from_secs(10), || async {
+        let log = s.envoy.log();
+        log.contains("plan.decision") && log.contains("block") && log.contains("argument_refused")
+    })
+    .await;
+}
