@@ -40,6 +40,10 @@ pub enum Arguments {
     Value(Value),
     /// Not given.
     Missing,
+    /// Streamed fragments that grew past the critic's limit (dropped).
+    TooLarge,
+    /// Streamed fragments that were not valid UTF-8.
+    NotUtf8,
 }
 
 /// One planned tool call.

@@ -214,6 +214,8 @@ pub struct PlanContext<'a> {
 fn parse_arguments(args: &Arguments) -> Result<Option<Value>, (&'static str, String)> {
     match args {
         Arguments::Missing => Ok(None),
+        Arguments::TooLarge => Err(("arguments_too_large", format!("over {MAX_ARGUMENTS_BYTES} bytes"))),
+        Arguments::NotUtf8 => Err(("invalid_arguments", "not valid UTF-8".into())),
         Arguments::Text(t) if t.len() > MAX_ARGUMENTS_BYTES => Err((
             "arguments_too_large",
             format!("{} bytes, at most {MAX_ARGUMENTS_BYTES}", t.len()),

@@ -12,6 +12,7 @@
 //! One file per concern: `calls` (reading and stripping calls), `critic`
 //! (params and checks), `plan_critic` (the policy on buffered responses).
 
+pub mod assembler;
 pub mod calls;
 pub mod critic;
 mod plan_critic;
