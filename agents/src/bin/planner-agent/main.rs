@@ -1,11 +1,11 @@
-//! `planner-agent`: `planCritic`, governing the tool calls a model plans
+//! `planner-agent`: `planCritic` and `planCriticStream`, governing the tool calls a model plans
 //! (OpenAI `tool_calls`, Anthropic `tool_use`) before the runtime runs them.
 
 use std::path::PathBuf;
 
 use clap::Parser;
 use policy_agents::cli::{init_tracing, ServeArgs};
-use policy_agents::reference::planner::PlanCritic;
+use policy_agents::reference::planner::{PlanCritic, PlanCriticStream};
 use policy_agents::Agent;
 
 // mimalloc: cheaper than glibc malloc for many small, short-lived gRPC buffers.
@@ -14,7 +14,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Flags of `planner-agent`.
 #[derive(Parser)]
-#[command(version, about = "Policy agent for planned tool calls: planCritic")]
+#[command(version, about = "Policy agent for planned tool calls: planCritic, planCriticStream")]
 struct Args {
     /// Unix socket to listen on.
     #[arg(long, default_value = "/var/run/policy-engine/agents/planner.sock")]
@@ -27,7 +27,9 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     init_tracing(args.serve.log_json);
-    let builder = Agent::builder("planner-agent", env!("CARGO_PKG_VERSION")).policy(PlanCritic::new());
+    let builder = Agent::builder("planner-agent", env!("CARGO_PKG_VERSION"))
+        .policy(PlanCritic::new())
+        .policy(PlanCriticStream::new());
     args.serve.apply(builder).serve_unix(&args.socket).await?;
     Ok(())
 }

@@ -24,10 +24,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::calls::{Arguments, Location, PlannedCall};
-use super::critic::MAX_ARGUMENTS_BYTES;
 
 /// The most calls one stream may plan.
 pub const MAX_CALLS: usize = 256;
+
+/// The largest argument text of one streamed call: the stream state the
+/// kernel carries is at most 1 MiB.
+pub const MAX_ARGUMENTS_BYTES: usize = 128 * 1024;
 
 /// A call being assembled.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -227,6 +230,26 @@ impl Assembler {
         let keys: Vec<String> = self.calls.keys().cloned().collect();
         for k in keys {
             self.complete(&k, &mut fed);
+        }
+        fed.completed
+    }
+
+    /// Drops the argument text of a decided call (the state stays small).
+    pub fn forget_args(&mut self, key: &str) {
+        if let Some(p) = self.calls.get_mut(key) {
+            p.args = String::new();
+        }
+    }
+
+    /// Marks the open calls of `keys` too large and completes them; their keys.
+    pub fn overflow(&mut self, keys: &[String]) -> Vec<String> {
+        let mut fed = Fed::default();
+        for k in keys {
+            if let Some(p) = self.calls.get_mut(k).filter(|p| !p.done) {
+                p.oversize = true;
+                p.args = String::new();
+            }
+            self.complete(k, &mut fed);
         }
         fed.completed
     }

@@ -214,7 +214,7 @@ pub struct PlanContext<'a> {
 fn parse_arguments(args: &Arguments) -> Result<Option<Value>, (&'static str, String)> {
     match args {
         Arguments::Missing => Ok(None),
-        Arguments::TooLarge => Err(("arguments_too_large", format!("over {MAX_ARGUMENTS_BYTES} bytes"))),
+        Arguments::TooLarge => Err(("arguments_too_large", "over the streamed arguments limit".into())),
         Arguments::NotUtf8 => Err(("invalid_arguments", "not valid UTF-8".into())),
         Arguments::Text(t) if t.len() > MAX_ARGUMENTS_BYTES => Err((
             "arguments_too_large",

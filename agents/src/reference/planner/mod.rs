@@ -15,7 +15,10 @@
 pub mod assembler;
 pub mod calls;
 pub mod critic;
+pub mod declared;
 mod plan_critic;
+mod stream_critic;
 
 pub use critic::{CriticConfig, Finding, OnViolation, MAX_ARGUMENTS_BYTES};
 pub use plan_critic::PlanCritic;
+pub use stream_critic::{PlanCriticStream, MAX_HELD, MAX_WHOLE};
