@@ -3,7 +3,9 @@
 //! kernel binary and the real `planner-agent` on a Unix socket.
 //!
 //! Routes (names from the shared Envoy test config): `body` blocks refused
-//! plans, `chain` strips the refused calls, `resp` flags them.
+//! plans, `chain` strips the refused calls, `resp` flags them (`planCritic`,
+//! buffered); `users` blocks and `admin` strips streamed plans
+//! (`planCriticStream`).
 
 mod support;
 
@@ -19,14 +21,21 @@ const PARAMS: &str =
 
 fn routes() -> String {
     let route = |name: &str, outcome: &str| {
-        let policy = format!("{{policy: planCritic, params: {{on_violation: {outcome}, max_calls: 3, {PARAMS}}}}}");
+        let critic = if matches!(name, "users" | "admin") {
+            "planCriticStream"
+        } else {
+            "planCritic"
+        };
+        let policy = format!("{{policy: {critic}, params: {{on_violation: {outcome}, max_calls: 3, {PARAMS}}}}}");
         format!("    - route_name: {name}\n      request_policy_chain: [{policy}]\n      response_policy_chain: [{policy}]\n")
     };
     format!(
-        "  route_policies:\n{}{}{}",
+        "  route_policies:\n{}{}{}{}{}",
         route("body", "block"),
         route("chain", "strip"),
-        route("resp", "flag")
+        route("resp", "flag"),
+        route("users", "block"),
+        route("admin", "strip")
     )
 }
 
@@ -82,18 +91,36 @@ impl Stack {
                 gated: false,
             },
         );
-        let request = json!({"model": "m", "messages": [{"role": "user", "content": "read my notes"}], "tools": [
-            {"type": "function", "function": {"name": "read_file", "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"], "additionalProperties": false}}},
-            {"type": "function", "function": {"name": "search", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}
-        ]});
         send(
             &reqwest::Client::new(),
             "POST",
             &self.envoy.url(&format!("/{route}/v1/chat/completions")),
             &[("content-type", "application/json"), ("x-script", name)],
-            Some(&request.to_string()),
+            Some(&chat_request(false).to_string()),
         )
         .await
+    }
+
+    /// Posts a streaming chat request; the upstream streams `pieces`, each
+    /// after a release when `gated`.
+    async fn stream(&self, route: &str, name: &str, pieces: Vec<String>, gated: bool) -> reqwest::Response {
+        self.up.script(
+            name,
+            Script {
+                content_type: "text/event-stream",
+                pieces: pieces.into_iter().map(String::into_bytes).collect(),
+                pause: Duration::from_millis(10),
+                gated,
+            },
+        );
+        reqwest::Client::new()
+            .post(self.envoy.url(&format!("/{route}/v1/chat/completions")))
+            .header("content-type", "application/json")
+            .header("x-script", name)
+            .body(chat_request(true).to_string())
+            .send()
+            .await
+            .expect("request")
     }
 
     fn diag(&self) -> String {
@@ -103,6 +130,13 @@ impl Stack {
             self.envoy.log()
         )
     }
+}
+
+fn chat_request(stream: bool) -> Value {
+    json!({"model": "m", "stream": stream, "messages": [{"role": "user", "content": "read my notes"}], "tools": [
+        {"type": "function", "function": {"name": "read_file", "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"], "additionalProperties": false}}},
+        {"type": "function", "function": {"name": "search", "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}
+    ]})
 }
 
 fn openai(calls: &[(&str, Value)]) -> Value {
@@ -211,4 +245,130 @@ async fn planned_tool_calls_through_envoy() {
         log.contains("plan.decision") && log.contains("block") && log.contains("argument_refused")
     })
     .await;
+}
+
+fn chunk(delta: Value, finish: Option<&str>) -> String {
+    let doc = json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+    format!("data: {doc}\n\n")
+}
+
+/// Text, then one call whose arguments come in 5 fragments, then the finish.
+fn streamed_plan(tool: &str, args: &Value) -> Vec<String> {
+    let args = args.to_string();
+    let mut out = vec![
+        chunk(json!({"role": "assistant", "content": "Let me read "}), None),
+        chunk(json!({"content": "your notes."}), None),
+        chunk(
+            json!({"tool_calls": [{"index": 0, "id": "call_9", "type": "function", "function": {"name": tool, "arguments": ""}}]}),
+            None,
+        ),
+    ];
+    let n = args.len();
+    for i in 0..5 {
+        let piece = &args[n * i / 5..n * (i + 1) / 5];
+        out.push(chunk(
+            json!({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}),
+            None,
+        ));
+    }
+    out.push(chunk(json!({}), Some("tool_calls")));
+    out.push("data: [DONE]\n\n".to_string());
+    out
+}
+
+/// Reads the rest of a body, within 20 s.
+async fn rest(mut r: reqwest::Response) -> String {
+    let mut out = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while let Some(c) = tokio::time::timeout_at(deadline.into(), r.chunk())
+        .await
+        .expect("the stream ends, it does not hang")
+        .expect("body")
+    {
+        out.extend_from_slice(&c);
+    }
+    String::from_utf8(out).expect("utf-8")
+}
+
+/// The data events of a stream, as JSON (every one must be JSON or `[DONE]`).
+fn events(stream: &str) -> Vec<Value> {
+    stream
+        .split("\n\n")
+        .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).unwrap_or_else(|e| panic!("not JSON ({e}): {d}")))
+        .collect()
+}
+
+/// The tool-call arguments a client assembles from a stream.
+fn assembled_args(stream: &str) -> String {
+    events(stream)
+        .iter()
+        .filter_map(|e| {
+            e.pointer("/choices/0/delta/tool_calls/0/function/arguments")?
+                .as_str()
+                .map(String::from)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streamed_plans_through_envoy() {
+    let s = Stack::start().await;
+
+    // Allowed: the text comes first, before the upstream sends the call;
+    // the call's 5 fragments then arrive whole and unchanged.
+    let args = json!({"path": "/srv/data/notes.md"});
+    let pieces = streamed_plan("read_file", &args);
+    let mut r = s.stream("users", "s-ok", pieces.clone(), true).await;
+    assert_eq!(r.status(), 200, "{}", s.diag());
+    let first = tokio::time::timeout(Duration::from_secs(10), r.chunk())
+        .await
+        .expect("the text arrives before the upstream sends more")
+        .unwrap()
+        .unwrap();
+    assert_eq!(s.up.sent(), 1, "the upstream sent only the first event");
+    assert!(String::from_utf8_lossy(&first).contains("Let me read "), "{first:?}");
+    s.up.release(pieces.len());
+    let body = format!("{}{}", String::from_utf8_lossy(&first), rest(r).await);
+    assert_eq!(body, pieces.concat(), "unchanged, byte for byte:\n{}", s.diag());
+    assert_eq!(assembled_args(&body), args.to_string());
+
+    // Block: the text went out, then an error event names the call and the
+    // check; no fragment of the refused call reaches the client.
+    let pieces = streamed_plan("read_file", &json!({"path": "/etc/shadow"}));
+    let body = rest(s.stream("users", "s-block", pieces, false).await).await;
+    assert!(
+        body.starts_with(&chunk(json!({"role": "assistant", "content": "Let me read "}), None)),
+        "{body}"
+    );
+    let error = body
+        .split("\n\n")
+        .find(|e| e.starts_with("event: error"))
+        .unwrap_or_else(|| panic!("no error event: {body}\n{}", s.diag()));
+    assert!(
+        error.contains("plan_rejected") && error.contains("argument_refused") && error.contains("read_file"),
+        "{error}"
+    );
+    assert!(!body.contains("shadow") && !body.contains("[DONE]"), "{body}");
+
+    // Strip: the unknown tool's events are dropped; the text and a plain
+    // finish stay, and the stream ends normally.
+    let pieces = streamed_plan("delete_repo", &json!({"name": "prod"}));
+    let body = rest(s.stream("admin", "s-strip", pieces, false).await).await;
+    let evs = events(&body);
+    assert!(
+        evs.iter().all(|e| e.pointer("/choices/0/delta/tool_calls").is_none()),
+        "{body}"
+    );
+    assert_eq!(evs.last().unwrap()["choices"][0]["finish_reason"], "stop", "{body}");
+    assert!(
+        body.contains("your notes.") && body.ends_with("data: [DONE]\n\n"),
+        "{body}"
+    );
+
+    // Strip keeps an allowed call of the same shape.
+    let pieces = streamed_plan("search", &json!({"q": "notes"}));
+    let body = rest(s.stream("admin", "s-keep", pieces.clone(), false).await).await;
+    assert_eq!(body, pieces.concat());
 }
