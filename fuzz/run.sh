@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Coverage-guided fuzzing of the six targets, in parallel, for
+# Coverage-guided fuzzing of the seven targets, in parallel, for
 # FUZZ_SECONDS each (default 1800). Prints executions, corpus size and
 # crashes per target; crash inputs land in fuzz/artifacts/<target>/.
 # Usage: bash fuzz/run.sh [SECONDS]
@@ -16,14 +16,17 @@ cp ../config/*.yaml corpus/config_loader/
 mkdir -p corpus/mcp_jsonrpc corpus/tool_args
 cp seeds/mcp_jsonrpc/* corpus/mcp_jsonrpc/
 cp seeds/tool_args/* corpus/tool_args/
+# Streamed tool-call events (one per line) of the planner's tests.
+mkdir -p corpus/plan_assembler
+cp seeds/plan_assembler/* corpus/plan_assembler/
 # Every crash input ever fixed is replayed first (fuzz/regressions/<target>/).
-for t in config_loader reply_to_mutation stream sse_framer mcp_jsonrpc tool_args; do
+for t in config_loader reply_to_mutation stream sse_framer mcp_jsonrpc tool_args plan_assembler; do
   if [ -d "regressions/$t" ]; then
     cargo fuzz run -O "$t" "regressions/$t" -- -runs=0 > "logs/$t.regressions.log" 2>&1 \
       || { echo "regression input of $t fails again: see fuzz/logs/$t.regressions.log"; exit 1; }
   fi
 done
-targets=${FUZZ_TARGETS:-"config_loader reply_to_mutation stream sse_framer mcp_jsonrpc tool_args"}
+targets=${FUZZ_TARGETS:-"config_loader reply_to_mutation stream sse_framer mcp_jsonrpc tool_args plan_assembler"}
 pids=()
 for t in $targets; do
   mkdir -p "corpus/$t" "artifacts/$t"
