@@ -6,8 +6,9 @@
 //!   `piiRedaction`, `auditLog` (`guardrail-agent`).
 //! * [`tool`]: `mcpToolAuthorization`, `mcpToolFilter`, `toolArgumentGuard`,
 //!   `toolSchemaValidation` (`tool-agent`).
-//! * [`planner`]: `planCritic` (`planner-agent`): planned tool calls of
-//!   completions, checked with the tool agent's rules and argument guards.
+//! * [`planner`]: `planCritic`, `planCriticStream`, `untrustedInput`
+//!   (`planner-agent`): planned tool calls of completions, checked with the
+//!   tool agent's rules and argument guards; untrusted prompt text fenced off.
 //! * [`text`]: helpers shared by policies that read chat-completion bodies.
 
 pub mod auth;

@@ -1,11 +1,12 @@
-//! `planner-agent`: `planCritic` and `planCriticStream`, governing the tool calls a model plans
-//! (OpenAI `tool_calls`, Anthropic `tool_use`) before the runtime runs them.
+//! `planner-agent`: `planCritic` and `planCriticStream` govern the tool
+//! calls a model plans (OpenAI `tool_calls`, Anthropic `tool_use`) before
+//! the runtime runs them; `untrustedInput` fences off tool results in prompts.
 
 use std::path::PathBuf;
 
 use clap::Parser;
 use policy_agents::cli::{init_tracing, ServeArgs};
-use policy_agents::reference::planner::{PlanCritic, PlanCriticStream};
+use policy_agents::reference::planner::{PlanCritic, PlanCriticStream, UntrustedInput};
 use policy_agents::Agent;
 
 // mimalloc: cheaper than glibc malloc for many small, short-lived gRPC buffers.
@@ -14,7 +15,10 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Flags of `planner-agent`.
 #[derive(Parser)]
-#[command(version, about = "Policy agent for planned tool calls: planCritic, planCriticStream")]
+#[command(
+    version,
+    about = "Policy agent for planned tool calls: planCritic, planCriticStream, untrustedInput"
+)]
 struct Args {
     /// Unix socket to listen on.
     #[arg(long, default_value = "/var/run/policy-engine/agents/planner.sock")]
@@ -29,7 +33,8 @@ async fn main() -> anyhow::Result<()> {
     init_tracing(args.serve.log_json);
     let builder = Agent::builder("planner-agent", env!("CARGO_PKG_VERSION"))
         .policy(PlanCritic::new())
-        .policy(PlanCriticStream::new());
+        .policy(PlanCriticStream::new())
+        .policy(UntrustedInput::new());
     args.serve.apply(builder).serve_unix(&args.socket).await?;
     Ok(())
 }

@@ -8,9 +8,15 @@
 //!   (the same code: [`crate::reference::tool::rules`],
 //!   [`crate::reference::tool::check_call`]); refused calls block the
 //!   response, are stripped, or are flagged.
+//! * `PlanCriticStream` (`planCriticStream`, both phases): the same on
+//!   streamed responses, call by call, holding back only each call's events.
+//! * [`UntrustedInput`] (`untrustedInput`, request): tool results and
+//!   configured fields of the prompt wrapped in untrusted-input delimiters.
 //!
-//! One file per concern: `calls` (reading and stripping calls), `critic`
-//! (params and checks), `plan_critic` (the policy on buffered responses).
+//! One file per concern: [`calls`] (reading and stripping calls), [`critic`]
+//! (params and checks), `plan_critic` (the policy on buffered responses),
+//! [`assembler`] (calls from streamed fragments), [`declared`] (declared
+//! tools kept for streams), `stream_critic`, [`untrusted`].
 
 pub mod assembler;
 pub mod calls;
@@ -18,7 +24,9 @@ pub mod critic;
 pub mod declared;
 mod plan_critic;
 mod stream_critic;
+pub mod untrusted;
 
 pub use critic::{CriticConfig, Finding, OnViolation, MAX_ARGUMENTS_BYTES};
 pub use plan_critic::PlanCritic;
 pub use stream_critic::{PlanCriticStream, MAX_HELD, MAX_WHOLE};
+pub use untrusted::{wrap_untrusted, UntrustedInput, CLOSE, OPEN};

@@ -55,16 +55,22 @@ impl PlanCritic {
     }
 }
 
-/// A policy failure for bad params: the error names the param, not its value.
+/// A policy failure for bad params of `planCritic`.
 pub(crate) fn config_error(e: &ParamError) -> PolicyError {
+    config_error_named(NAME, e)
+}
+
+/// A policy failure for bad params of `policy`: the error names the param,
+/// not its value.
+pub(crate) fn config_error_named(policy: &str, e: &ParamError) -> PolicyError {
     let param = match e {
         ParamError::Missing(name) | ParamError::Invalid { name, .. } => name.as_str(),
     };
-    PolicyError::new(format!("{NAME}: {e}")).with_deny(
+    PolicyError::new(format!("{policy}: {e}")).with_deny(
         Deny::json(
             500,
             &crate::reference::error_body(
-                &format!("policy {NAME} is misconfigured: param `{param}`"),
+                &format!("policy {policy} is misconfigured: param `{param}`"),
                 "policy_misconfigured",
             ),
         )

@@ -114,7 +114,7 @@ impl Default for PlanCriticStream {
 }
 
 fn config_error(e: &ParamError) -> PolicyError {
-    super::plan_critic::config_error(e)
+    super::plan_critic::config_error_named(NAME, e)
 }
 
 /// Decides the calls of `keys`; `Err` with the first blocking finding.
