@@ -1,12 +1,13 @@
 //! `planner-agent`: `planCritic` and `planCriticStream` govern the tool
 //! calls a model plans (OpenAI `tool_calls`, Anthropic `tool_use`) before
-//! the runtime runs them; `untrustedInput` fences off tool results in prompts.
+//! the runtime runs them; `untrustedInput` fences off tool results in
+//! prompts; `futilityGuard` halts sessions that go nowhere.
 
 use std::path::PathBuf;
 
 use clap::Parser;
 use policy_agents::cli::{init_tracing, ServeArgs};
-use policy_agents::reference::planner::{PlanCritic, PlanCriticStream, UntrustedInput};
+use policy_agents::reference::planner::{FutilityGuard, PlanCritic, PlanCriticStream, UntrustedInput};
 use policy_agents::Agent;
 
 // mimalloc: cheaper than glibc malloc for many small, short-lived gRPC buffers.
@@ -17,7 +18,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[derive(Parser)]
 #[command(
     version,
-    about = "Policy agent for planned tool calls: planCritic, planCriticStream, untrustedInput"
+    about = "Policy agent for planned tool calls: planCritic, planCriticStream, untrustedInput, futilityGuard"
 )]
 struct Args {
     /// Unix socket to listen on.
@@ -34,7 +35,8 @@ async fn main() -> anyhow::Result<()> {
     let builder = Agent::builder("planner-agent", env!("CARGO_PKG_VERSION"))
         .policy(PlanCritic::new())
         .policy(PlanCriticStream::new())
-        .policy(UntrustedInput::new());
+        .policy(UntrustedInput::new())
+        .policy(FutilityGuard::new());
     args.serve.apply(builder).serve_unix(&args.socket).await?;
     Ok(())
 }

@@ -10,23 +10,29 @@
 //!   response, are stripped, or are flagged.
 //! * `PlanCriticStream` (`planCriticStream`, both phases): the same on
 //!   streamed responses, call by call, holding back only each call's events.
+//! * [`FutilityGuard`] (`futilityGuard`, request): sessions whose tool
+//!   calls repeat the same failure, oscillate or bring nothing new.
 //! * [`UntrustedInput`] (`untrustedInput`, request): tool results and
 //!   configured fields of the prompt wrapped in untrusted-input delimiters.
 //!
 //! One file per concern: [`calls`] (reading and stripping calls), [`critic`]
 //! (params and checks), `plan_critic` (the policy on buffered responses),
 //! [`assembler`] (calls from streamed fragments), [`declared`] (declared
-//! tools kept for streams), `stream_critic`, [`untrusted`].
+//! tools kept for streams), `stream_critic`, [`untrusted`], [`history`]
+//! (tool steps of a conversation), [`futility`].
 
 pub mod assembler;
 pub mod calls;
 pub mod critic;
 pub mod declared;
+pub mod futility;
+pub mod history;
 mod plan_critic;
 mod stream_critic;
 pub mod untrusted;
 
 pub use critic::{CriticConfig, Finding, OnViolation, MAX_ARGUMENTS_BYTES};
+pub use futility::FutilityGuard;
 pub use plan_critic::PlanCritic;
 pub use stream_critic::{PlanCriticStream, MAX_HELD, MAX_WHOLE};
 pub use untrusted::{wrap_untrusted, UntrustedInput, CLOSE, OPEN};
