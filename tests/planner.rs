@@ -5,7 +5,8 @@
 //! Routes (names from the shared Envoy test config): `body` blocks refused
 //! plans, `chain` strips the refused calls, `resp` flags them (`planCritic`,
 //! buffered); `users` blocks and `admin` strips streamed plans
-//! (`planCriticStream`); `rewrite` fences off tool results (`untrustedInput`).
+//! (`planCriticStream`); `rewrite` fences off tool results (`untrustedInput`);
+//! `flaky` halts futile sessions (`futilityGuard`).
 
 mod support;
 
@@ -30,7 +31,7 @@ fn routes() -> String {
         format!("    - route_name: {name}\n      request_policy_chain: [{policy}]\n      response_policy_chain: [{policy}]\n")
     };
     format!(
-        "  route_policies:\n{}{}{}{}{}    - route_name: rewrite\n      request_policy_chain: [{{policy: untrustedInput, params: {{max_bytes: 64}}}}]\n",
+        "  route_policies:\n{}{}{}{}{}    - route_name: rewrite\n      request_policy_chain: [{{policy: untrustedInput, params: {{max_bytes: 64}}}}]\n    - route_name: flaky\n      request_policy_chain: [{{policy: futilityGuard, params: {{action: deny, stagnation_turns: 3}}}}]\n",
         route("body", "block"),
         route("chain", "strip"),
         route("resp", "flag"),
@@ -417,4 +418,96 @@ async fn tool_results_reach_the_model_fenced_off() {
     assert_eq!(sent["messages"][1], request["messages"][1]);
     assert_eq!(sent["temperature"], 0.2);
     assert_eq!(sent["model"], "m");
+}
+
+/// A chat request whose history holds `calls` (tool, arguments, result).
+fn with_history(calls: &[(&str, String, String)]) -> String {
+    let mut messages = vec![json!({"role": "user", "content": "fix the build"})];
+    for (i, (tool, args, result)) in calls.iter().enumerate() {
+        let id = format!("call_{i}");
+        messages.push(json!({"role": "assistant", "content": null, "tool_calls": [{"id": id, "type": "function", "function": {"name": tool, "arguments": args}}]}));
+        messages.push(json!({"role": "tool", "tool_call_id": id, "content": result}));
+    }
+    json!({"model": "m", "messages": messages}).to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn futile_sessions_are_halted() {
+    let s = Stack::start().await;
+    s.up.script(
+        "answer",
+        Script {
+            content_type: "application/json",
+            pieces: vec![br#"{"choices": []}"#.to_vec()],
+            pause: Duration::ZERO,
+            gated: false,
+        },
+    );
+    let client = reqwest::Client::new();
+    let url = s.envoy.url("/flaky/v1/chat/completions");
+    let post = |session: &'static str, body: String| {
+        let client = client.clone();
+        let url = url.clone();
+        async move {
+            send(
+                &client,
+                "POST",
+                &url,
+                &[
+                    ("content-type", "application/json"),
+                    ("x-script", "answer"),
+                    ("x-session-id", session),
+                ],
+                Some(&body),
+            )
+            .await
+        }
+    };
+
+    // A productive session (every turn a new result) is never halted.
+    let mut calls = Vec::new();
+    for turn in 0..8 {
+        calls.push((
+            "run_tests".to_string(),
+            format!("{{\"shard\": {turn}}}"),
+            format!("shard {turn}: 12 passed"),
+        ));
+        let c: Vec<(&str, String, String)> = calls
+            .iter()
+            .map(|(t, a, r)| (t.as_str(), a.clone(), r.clone()))
+            .collect();
+        let got = post("productive", with_history(&c)).await;
+        assert_eq!(got.status, 200, "turn {turn}: {}\n{}", got.body, s.diag());
+    }
+
+    // The same failing call 4 times in a row.
+    let fail = (
+        "build",
+        "{\"target\": \"all\"}".to_string(),
+        "Error: linker failed".to_string(),
+    );
+    let three = vec![fail.clone(), fail.clone(), fail.clone()];
+    assert_eq!(post("loop", with_history(&three)).await.status, 200);
+    let four = vec![fail.clone(), fail.clone(), fail.clone(), fail];
+    let got = post("loop", with_history(&four)).await;
+    assert_eq!(got.status, 409, "{}", got.body);
+    let b = json_of(&got);
+    assert_eq!(b["reason"], "futility_detected");
+    assert_eq!(b["pattern"], "repeated_failure");
+    assert_eq!(b["tool"], "build");
+
+    // A→B→A→B.
+    let a = ("checkout", "{\"branch\": \"a\"}".to_string(), "on a".to_string());
+    let bb = ("checkout", "{\"branch\": \"b\"}".to_string(), "on b".to_string());
+    let got = post("swing", with_history(&[a.clone(), bb.clone(), a, bb])).await;
+    assert_eq!(got.status, 409, "{}", got.body);
+    assert_eq!(json_of(&got)["pattern"], "oscillation");
+
+    // Stagnation: the same history, nothing new, 3 turns after the first.
+    let same = with_history(&[("search", "{}".to_string(), "no results".to_string())]);
+    let mut statuses = Vec::new();
+    for _ in 0..4 {
+        statuses.push(post("stuck", same.clone()).await.status);
+    }
+    assert_eq!(statuses, [200, 200, 200, 409]);
 }
