@@ -12,6 +12,8 @@
 //!   streamed responses, call by call, holding back only each call's events.
 //! * [`FutilityGuard`] (`futilityGuard`, request): sessions whose tool
 //!   calls repeat the same failure, oscillate or bring nothing new.
+//! * [`ContextBudget`] (`contextBudget`, both): cumulative tokens per
+//!   session, verdicts `ok`, `delegate`, `checkpoint`, `summarize`, then 429.
 //! * [`UntrustedInput`] (`untrustedInput`, request): tool results and
 //!   configured fields of the prompt wrapped in untrusted-input delimiters.
 //!
@@ -19,9 +21,10 @@
 //! (params and checks), `plan_critic` (the policy on buffered responses),
 //! [`assembler`] (calls from streamed fragments), [`declared`] (declared
 //! tools kept for streams), `stream_critic`, [`untrusted`], [`history`]
-//! (tool steps of a conversation), [`futility`].
+//! (tool steps of a conversation), [`futility`], [`budget`].
 
 pub mod assembler;
+pub mod budget;
 pub mod calls;
 pub mod critic;
 pub mod declared;
@@ -31,6 +34,7 @@ mod plan_critic;
 mod stream_critic;
 pub mod untrusted;
 
+pub use budget::ContextBudget;
 pub use critic::{CriticConfig, Finding, OnViolation, MAX_ARGUMENTS_BYTES};
 pub use futility::FutilityGuard;
 pub use plan_critic::PlanCritic;
