@@ -6,7 +6,8 @@
 //! plans, `chain` strips the refused calls, `resp` flags them (`planCritic`,
 //! buffered); `users` blocks and `admin` strips streamed plans
 //! (`planCriticStream`); `rewrite` fences off tool results (`untrustedInput`);
-//! `flaky` halts futile sessions (`futilityGuard`).
+//! `flaky` halts futile sessions (`futilityGuard`); `conflict` keeps a
+//! context budget (`contextBudget`).
 
 mod support;
 
@@ -31,7 +32,7 @@ fn routes() -> String {
         format!("    - route_name: {name}\n      request_policy_chain: [{policy}]\n      response_policy_chain: [{policy}]\n")
     };
     format!(
-        "  route_policies:\n{}{}{}{}{}    - route_name: rewrite\n      request_policy_chain: [{{policy: untrustedInput, params: {{max_bytes: 64}}}}]\n    - route_name: flaky\n      request_policy_chain: [{{policy: futilityGuard, params: {{action: deny, stagnation_turns: 3}}}}]\n",
+        "  route_policies:\n{}{}{}{}{}    - route_name: rewrite\n      request_policy_chain: [{{policy: untrustedInput, params: {{max_bytes: 64}}}}]\n    - route_name: flaky\n      request_policy_chain: [{{policy: futilityGuard, params: {{action: deny, stagnation_turns: 3}}}}]\n    - route_name: conflict\n      request_policy_chain: [{{policy: contextBudget, params: {{budget: 1000}}}}]\n      response_policy_chain: [{{policy: contextBudget, params: {{budget: 1000}}}}]\n",
         route("body", "block"),
         route("chain", "strip"),
         route("resp", "flag"),
@@ -510,4 +511,44 @@ async fn futile_sessions_are_halted() {
         statuses.push(post("stuck", same.clone()).await.status);
     }
     assert_eq!(statuses, [200, 200, 200, 409]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn context_budget_verdicts_then_429() {
+    let s = Stack::start().await;
+    s.up.script(
+        "usage",
+        Script {
+            content_type: "application/json",
+            pieces: vec![br#"{"choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}}], "usage": {"prompt_tokens": 200, "completion_tokens": 50, "total_tokens": 250}}"#.to_vec()],
+            pause: Duration::ZERO,
+            gated: false,
+        },
+    );
+    let client = reqwest::Client::new();
+    let body = json!({"model": "m", "messages": [{"role": "user", "content": "next step"}]}).to_string();
+    let mut verdicts = Vec::new();
+    for _ in 0..5 {
+        let got = send(
+            &client,
+            "POST",
+            &s.envoy.url("/conflict/v1/chat/completions"),
+            &[
+                ("content-type", "application/json"),
+                ("x-script", "usage"),
+                ("x-session-id", "budgeted"),
+            ],
+            Some(&body),
+        )
+        .await;
+        match got.status {
+            200 => verdicts.push(got.header("x-context-budget").unwrap_or("-").to_string()),
+            429 => {
+                assert_eq!(json_of(&got)["reason"], "context_budget_exceeded");
+                verdicts.push("429".to_string());
+            }
+            other => panic!("{other}: {}\n{}", got.body, s.diag()),
+        }
+    }
+    assert_eq!(verdicts, ["ok", "delegate", "checkpoint", "summarize", "429"]);
 }
