@@ -145,3 +145,28 @@ fn hostile_streams_end_in_a_verdict_not_a_panic() {
         assert!(a.call(&k).is_some());
     }
 }
+
+proptest::proptest! {
+    /// Arguments cut anywhere, in any number of fragments, assemble to the
+    /// text the model sent.
+    #[test]
+    fn fragments_cut_anywhere_assemble_whole(args in "[ -~é😀]{0,80}", cuts in proptest::collection::vec(0usize..100, 0..8)) {
+        let mut bounds: Vec<usize> = cuts
+            .into_iter()
+            .map(|c| c % (args.len() + 1))
+            .filter(|&c| args.is_char_boundary(c))
+            .collect();
+        bounds.push(0);
+        bounds.push(args.len());
+        bounds.sort_unstable();
+        bounds.dedup();
+        let mut a = Assembler::new();
+        a.feed(&oa_delta(0, Some("x"), Some("t"), ""), true).unwrap();
+        for w in bounds.windows(2) {
+            a.feed(&oa_delta(0, None, None, &args[w[0]..w[1]]), true).unwrap();
+        }
+        proptest::prop_assert_eq!(a.finish(), vec!["o0.0".to_string()]);
+        let expected = if args.trim().is_empty() { Arguments::Missing } else { Arguments::Text(args.clone()) };
+        proptest::prop_assert_eq!(a.call("o0.0").unwrap().arguments, expected);
+    }
+}
