@@ -31,6 +31,7 @@ pub mod declared;
 pub mod futility;
 pub mod history;
 mod plan_critic;
+pub mod splice;
 mod stream_critic;
 pub mod untrusted;
 

@@ -13,12 +13,14 @@
 //! after removing any delimiter string embedded in the content (repeatedly,
 //! so removal cannot assemble a new one) and cutting it to `max_bytes`.
 //! Text already wrapped exactly so is left alone (two policies in a chain do
-//! not wrap twice). The body is re-serialized: JSON stays valid, only the
-//! wrapped strings change in value (member order and whitespace may not be kept).
+//! not wrap twice). Only the wrapped strings change: the rest of the body
+//! (member order, whitespace, numbers as written) is kept byte for byte
+//! ([`super::splice`]).
 
 use serde_json::Value;
 
 use super::plan_critic::config_error_named;
+use super::splice::{changed_strings, replace_strings};
 use crate::reference::tool::cache::ParamCache;
 use crate::{ParamError, Params, Policy, PolicyError, RequestContext, RequestOutcome};
 
@@ -276,13 +278,19 @@ impl Policy for UntrustedInput {
                 ))
             }
         };
+        let before = doc.clone();
         let stats = wrap_request(&cfg, &mut doc);
         let out = RequestOutcome::proceed().set_metadata("untrusted.wrapped", stats.wrapped.to_string());
         if stats.wrapped == 0 {
             return Ok(out);
         }
-        let body =
-            serde_json::to_vec(&doc).map_err(|e| PolicyError::new(format!("{NAME}: cannot write the body: {e}")))?;
+        // Only the wrapped strings change: the rest of the body byte for byte.
+        let body = match replace_strings(body, &changed_strings(&before, &doc)) {
+            Some(b) => b,
+            None => {
+                serde_json::to_vec(&doc).map_err(|e| PolicyError::new(format!("{NAME}: cannot write the body: {e}")))?
+            }
+        };
         Ok(out
             .set_body(body)
             .set_metadata("untrusted.stripped", stats.stripped.to_string())
