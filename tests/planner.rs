@@ -7,7 +7,8 @@
 //! buffered); `users` blocks and `admin` strips streamed plans
 //! (`planCriticStream`); `rewrite` fences off tool results (`untrustedInput`);
 //! `flaky` halts futile sessions (`futilityGuard`); `conflict` keeps a
-//! context budget (`contextBudget`).
+//! context budget (`contextBudget`), `deny` one charged from streamed usage
+//! (`contextBudgetStream`).
 
 mod support;
 
@@ -32,7 +33,7 @@ fn routes() -> String {
         format!("    - route_name: {name}\n      request_policy_chain: [{policy}]\n      response_policy_chain: [{policy}]\n")
     };
     format!(
-        "  route_policies:\n{}{}{}{}{}    - route_name: rewrite\n      request_policy_chain: [{{policy: untrustedInput, params: {{max_bytes: 64}}}}]\n    - route_name: flaky\n      request_policy_chain: [{{policy: futilityGuard, params: {{action: deny, stagnation_turns: 3}}}}]\n    - route_name: conflict\n      request_policy_chain: [{{policy: contextBudget, params: {{budget: 1000}}}}]\n      response_policy_chain: [{{policy: contextBudget, params: {{budget: 1000}}}}]\n",
+        "  route_policies:\n{}{}{}{}{}    - route_name: rewrite\n      request_policy_chain: [{{policy: untrustedInput, params: {{max_bytes: 64}}}}]\n    - route_name: flaky\n      request_policy_chain: [{{policy: futilityGuard, params: {{action: deny, stagnation_turns: 3}}}}]\n    - route_name: conflict\n      request_policy_chain: [{{policy: contextBudget, params: {{budget: 1000}}}}]\n      response_policy_chain: [{{policy: contextBudget, params: {{budget: 1000}}}}]\n    - route_name: deny\n      request_policy_chain: [{{policy: contextBudgetStream, params: {{budget: 1000}}}}]\n      response_policy_chain: [{{policy: contextBudgetStream, params: {{budget: 1000}}}}]\n",
         route("body", "block"),
         route("chain", "strip"),
         route("resp", "flag"),
@@ -551,4 +552,42 @@ async fn context_budget_verdicts_then_429() {
         }
     }
     assert_eq!(verdicts, ["ok", "delegate", "checkpoint", "summarize", "429"]);
+
+    // Streamed: the usage chunk is charged at the end of each stream, the
+    // events pass unchanged; the fourth request finds the budget spent.
+    let pieces = [
+        chunk(json!({"role": "assistant", "content": "working"}), None),
+        chunk(json!({}), Some("stop")),
+        format!(
+            "data: {}\n\n",
+            json!({"id": "chatcmpl-1", "choices": [], "usage": {"prompt_tokens": 300, "completion_tokens": 100, "total_tokens": 400}})
+        ),
+        "data: [DONE]\n\n".to_string(),
+    ];
+    let mut statuses = Vec::new();
+    for i in 0..4 {
+        s.up.script(
+            "streamed-usage",
+            Script {
+                content_type: "text/event-stream",
+                pieces: pieces.iter().map(|p| p.clone().into_bytes()).collect(),
+                pause: Duration::from_millis(5),
+                gated: false,
+            },
+        );
+        let r = client
+            .post(s.envoy.url("/deny/v1/chat/completions"))
+            .header("content-type", "application/json")
+            .header("x-script", "streamed-usage")
+            .header("x-session-id", "streamed")
+            .body(body.clone())
+            .send()
+            .await
+            .expect("request");
+        statuses.push(r.status().as_u16());
+        if r.status() == 200 {
+            assert_eq!(rest(r).await, pieces.concat(), "stream {i} unchanged\n{}", s.diag());
+        }
+    }
+    assert_eq!(statuses, [200, 200, 200, 429], "{}", s.diag());
 }

@@ -274,6 +274,7 @@ async fn planner_agent_serves_the_planner_workers() {
             ("untrustedInput".to_string(), request, true, false),
             ("futilityGuard".to_string(), request, true, false),
             ("contextBudget".to_string(), both, true, false),
+            ("contextBudgetStream".to_string(), both, true, true),
         ]
     );
 }

@@ -2,13 +2,15 @@
 //! calls a model plans (OpenAI `tool_calls`, Anthropic `tool_use`) before
 //! the runtime runs them; `untrustedInput` fences off tool results in
 //! prompts; `futilityGuard` halts sessions that go nowhere; `contextBudget`
-//! gives token-budget verdicts per session.
+//! (and `contextBudgetStream`) give token-budget verdicts per session.
 
 use std::path::PathBuf;
 
 use clap::Parser;
 use policy_agents::cli::{init_tracing, ServeArgs};
-use policy_agents::reference::planner::{ContextBudget, FutilityGuard, PlanCritic, PlanCriticStream, UntrustedInput};
+use policy_agents::reference::planner::{
+    ContextBudget, ContextBudgetStream, FutilityGuard, PlanCritic, PlanCriticStream, UntrustedInput,
+};
 use policy_agents::Agent;
 
 // mimalloc: cheaper than glibc malloc for many small, short-lived gRPC buffers.
@@ -19,7 +21,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[derive(Parser)]
 #[command(
     version,
-    about = "Policy agent for planned tool calls: planCritic, planCriticStream, untrustedInput, futilityGuard, contextBudget"
+    about = "Policy agent for planned tool calls: planCritic, planCriticStream, untrustedInput, futilityGuard, contextBudget, contextBudgetStream"
 )]
 struct Args {
     /// Unix socket to listen on.
@@ -38,7 +40,8 @@ async fn main() -> anyhow::Result<()> {
         .policy(PlanCriticStream::new())
         .policy(UntrustedInput::new())
         .policy(FutilityGuard::new())
-        .policy(ContextBudget::new());
+        .policy(ContextBudget::new())
+        .policy(ContextBudgetStream::new());
     args.serve.apply(builder).serve_unix(&args.socket).await?;
     Ok(())
 }

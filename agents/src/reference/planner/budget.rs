@@ -31,7 +31,7 @@ use crate::{
 };
 
 const NAME: &str = "contextBudget";
-const KEYS: &[&str] = &[
+pub(super) const KEYS: &[&str] = &[
     "budget",
     "delegate_at",
     "checkpoint_at",
@@ -71,7 +71,7 @@ fn header_name(p: &Params, key: &str, default: &str) -> Result<String, ParamErro
 }
 
 impl BudgetConfig {
-    fn parse(p: &Params) -> Result<Self, ParamError> {
+    pub(super) fn parse(p: &Params) -> Result<Self, ParamError> {
         let raw = p.required("budget")?;
         let budget: u64 = p.parse_or("budget", 0)?;
         if budget == 0 {
@@ -117,6 +117,11 @@ impl BudgetConfig {
         })
     }
 
+    /// Param `budget`.
+    pub fn budget(&self) -> u64 {
+        self.budget
+    }
+
     /// The verdict for a session total.
     pub fn verdict(&self, used: u64) -> &'static str {
         let ratio = used as f64 / self.budget as f64;
@@ -126,7 +131,7 @@ impl BudgetConfig {
             .map_or("ok", |(_, v)| *v)
     }
 
-    fn session<'a>(&self, request: &RequestView<'a>, metadata: &'a Metadata) -> Option<&'a str> {
+    pub(super) fn session<'a>(&self, request: &RequestView<'a>, metadata: &'a Metadata) -> Option<&'a str> {
         self.session_metadata
             .as_deref()
             .and_then(|k| metadata.get(k))
@@ -150,7 +155,7 @@ pub fn reported_usage(body: &[u8]) -> Option<u64> {
 
 /// The `contextBudget` policy.
 pub struct ContextBudget {
-    cache: ParamCache<BudgetConfig>,
+    pub(super) cache: ParamCache<BudgetConfig>,
     sessions: Mutex<LruCache<String, (u64, Instant)>>,
 }
 
@@ -178,7 +183,7 @@ impl ContextBudget {
     }
 
     /// Adds `delta` (may be negative) to a session; its new total.
-    fn charge(&self, cfg: &BudgetConfig, session: &str, delta: i128, now: Instant) -> u64 {
+    pub(super) fn charge(&self, cfg: &BudgetConfig, session: &str, delta: i128, now: Instant) -> u64 {
         let mut s = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
         let entry = s.get_or_insert_mut(session.to_string(), || (0, now));
         if now.duration_since(entry.1) > cfg.ttl {
@@ -189,7 +194,48 @@ impl ContextBudget {
         entry.0
     }
 
-    fn used(&self, cfg: &BudgetConfig, session: &str, now: Instant) -> u64 {
+    /// The request phase of `policy` (this one or its streaming twin).
+    pub(super) fn request_phase(
+        &self,
+        policy: &str,
+        params: &Params,
+        ctx: &RequestContext<'_>,
+    ) -> Result<RequestOutcome, PolicyError> {
+        let cfg = self
+            .cache
+            .get(params, BudgetConfig::parse)
+            .map_err(|e| config_error_named(policy, &e))?;
+        let Some(session) = cfg.session(&ctx.request, ctx.metadata) else {
+            return Ok(RequestOutcome::proceed().set_metadata("context.verdict", "no_session"));
+        };
+        let estimate = ctx.request.body().map_or(0, estimate_tokens);
+        let now = Instant::now();
+        let used = self.used(&cfg, session, now);
+        let projected = used.saturating_add(estimate);
+        if projected > cfg.budget {
+            let body = json!({
+                "error": format!("the session's context budget of {} tokens is spent", cfg.budget),
+                "reason": "context_budget_exceeded",
+                "used": used,
+                "estimate": estimate,
+                "budget": cfg.budget,
+            });
+            return Ok(
+                RequestOutcome::denied_with(Deny::json(429, &body).reason("context_budget_exceeded"))
+                    .set_metadata("context.verdict", "exceeded")
+                    .set_metadata("context.used", used.to_string())
+                    .set_metadata("context.budget", cfg.budget.to_string()),
+            );
+        }
+        let total = self.charge(&cfg, session, i128::from(estimate), now);
+        Ok(RequestOutcome::proceed()
+            .set_metadata("context.verdict", cfg.verdict(total))
+            .set_metadata("context.used", total.to_string())
+            .set_metadata("context.estimate", estimate.to_string())
+            .set_metadata("context.budget", cfg.budget.to_string()))
+    }
+
+    pub(super) fn used(&self, cfg: &BudgetConfig, session: &str, now: Instant) -> u64 {
         let mut s = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
         s.get(session)
             .filter(|(_, t)| now.duration_since(*t) <= cfg.ttl)
@@ -221,38 +267,7 @@ impl Policy for ContextBudget {
     }
 
     async fn on_request(&self, params: &Params, ctx: &RequestContext<'_>) -> Result<RequestOutcome, PolicyError> {
-        let cfg = self
-            .cache
-            .get(params, BudgetConfig::parse)
-            .map_err(|e| config_error_named(NAME, &e))?;
-        let Some(session) = cfg.session(&ctx.request, ctx.metadata) else {
-            return Ok(RequestOutcome::proceed().set_metadata("context.verdict", "no_session"));
-        };
-        let estimate = ctx.request.body().map_or(0, estimate_tokens);
-        let now = Instant::now();
-        let used = self.used(&cfg, session, now);
-        let projected = used.saturating_add(estimate);
-        if projected > cfg.budget {
-            let body = json!({
-                "error": format!("the session's context budget of {} tokens is spent", cfg.budget),
-                "reason": "context_budget_exceeded",
-                "used": used,
-                "estimate": estimate,
-                "budget": cfg.budget,
-            });
-            return Ok(
-                RequestOutcome::denied_with(Deny::json(429, &body).reason("context_budget_exceeded"))
-                    .set_metadata("context.verdict", "exceeded")
-                    .set_metadata("context.used", used.to_string())
-                    .set_metadata("context.budget", cfg.budget.to_string()),
-            );
-        }
-        let total = self.charge(&cfg, session, i128::from(estimate), now);
-        Ok(RequestOutcome::proceed()
-            .set_metadata("context.verdict", cfg.verdict(total))
-            .set_metadata("context.used", total.to_string())
-            .set_metadata("context.estimate", estimate.to_string())
-            .set_metadata("context.budget", cfg.budget.to_string()))
+        self.request_phase(NAME, params, ctx)
     }
 
     async fn on_response(&self, params: &Params, ctx: &ResponseContext<'_>) -> Result<ResponseOutcome, PolicyError> {

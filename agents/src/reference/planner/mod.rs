@@ -13,7 +13,8 @@
 //! * [`FutilityGuard`] (`futilityGuard`, request): sessions whose tool
 //!   calls repeat the same failure, oscillate or bring nothing new.
 //! * [`ContextBudget`] (`contextBudget`, both): cumulative tokens per
-//!   session, verdicts `ok`, `delegate`, `checkpoint`, `summarize`, then 429.
+//!   session, verdicts `ok`, `delegate`, `checkpoint`, `summarize`, then 429;
+//!   `ContextBudgetStream` (`contextBudgetStream`) charges streamed usage.
 //! * [`UntrustedInput`] (`untrustedInput`, request): tool results and
 //!   configured fields of the prompt wrapped in untrusted-input delimiters.
 //!
@@ -25,6 +26,7 @@
 
 pub mod assembler;
 pub mod budget;
+mod budget_stream;
 pub mod calls;
 pub mod critic;
 pub mod declared;
@@ -36,6 +38,7 @@ mod stream_critic;
 pub mod untrusted;
 
 pub use budget::ContextBudget;
+pub use budget_stream::ContextBudgetStream;
 pub use critic::{CriticConfig, Finding, OnViolation, MAX_ARGUMENTS_BYTES};
 pub use futility::FutilityGuard;
 pub use plan_critic::PlanCritic;
