@@ -19,14 +19,17 @@ cp seeds/tool_args/* corpus/tool_args/
 # Route bodies and a state file of the management API.
 mkdir -p corpus/management_json
 cp seeds/management_json/* corpus/management_json/
+# Streamed tool-call events (one per line) of the planner's tests.
+mkdir -p corpus/plan_assembler
+cp seeds/plan_assembler/* corpus/plan_assembler/
 # Every crash input ever fixed is replayed first (fuzz/regressions/<target>/).
-for t in config_loader reply_to_mutation stream sse_framer mcp_jsonrpc tool_args management_json; do
+for t in config_loader reply_to_mutation stream sse_framer mcp_jsonrpc tool_args management_json plan_assembler; do
   if [ -d "regressions/$t" ]; then
     cargo fuzz run -O "$t" "regressions/$t" -- -runs=0 > "logs/$t.regressions.log" 2>&1 \
       || { echo "regression input of $t fails again: see fuzz/logs/$t.regressions.log"; exit 1; }
   fi
 done
-targets=${FUZZ_TARGETS:-"config_loader reply_to_mutation stream sse_framer mcp_jsonrpc tool_args management_json"}
+targets=${FUZZ_TARGETS:-"config_loader reply_to_mutation stream sse_framer mcp_jsonrpc tool_args management_json plan_assembler"}
 pids=()
 for t in $targets; do
   mkdir -p "corpus/$t" "artifacts/$t"

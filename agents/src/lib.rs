@@ -87,8 +87,9 @@
 //! * [`testing`]: run a policy's hooks in unit tests.
 //! * [`proto`]: the generated protocol types.
 //! * [`reference`](mod@reference) (feature `reference`, on by default): the reference
-//!   policies behind `auth-agent`, `ratelimit-agent`, `guardrail-agent` and
-//!   `tool-agent` (MCP tool-call governance).
+//!   policies behind `auth-agent`, `ratelimit-agent`, `guardrail-agent`,
+//!   `tool-agent` (MCP tool-call governance) and `planner-agent` (planned
+//!   tool calls of completions).
 #![warn(missing_docs)]
 
 mod action;

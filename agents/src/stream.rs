@@ -122,6 +122,9 @@ impl ChunkOutcome {
     pub(crate) fn metadata_for_test(&self) -> &[(String, String)] {
         &self.metadata
     }
+    pub(crate) fn end_for_test(&self) -> Option<&(String, String)> {
+        self.end.as_ref()
+    }
 }
 
 /// Runs the streaming policies of one call, in order.

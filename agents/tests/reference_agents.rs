@@ -10,6 +10,7 @@ const AUTH: &str = env!("CARGO_BIN_EXE_auth-agent");
 const RATELIMIT: &str = env!("CARGO_BIN_EXE_ratelimit-agent");
 const GUARDRAIL: &str = env!("CARGO_BIN_EXE_guardrail-agent");
 const TOOL: &str = env!("CARGO_BIN_EXE_tool-agent");
+const PLANNER: &str = env!("CARGO_BIN_EXE_planner-agent");
 
 async fn policy_names(agent: &Spawned) -> Vec<String> {
     let config = agent
@@ -246,4 +247,34 @@ fn verify_audit_names_the_broken_line() {
     assert!(stderr.contains("line 1"), "{stderr}");
     let (ok, _, stderr) = run(GUARDRAIL, &["--audit-fsync-lines", "x"]);
     assert!(!ok && stderr.contains("audit-fsync-lines"), "{stderr}");
+}
+
+#[tokio::test]
+async fn planner_agent_serves_the_planner_workers() {
+    let agent = Spawned::start(PLANNER, &[]).await;
+    let config = agent
+        .client()
+        .await
+        .get_agent_config(proto::GetAgentConfigRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let described: Vec<(String, i32, bool, bool)> = config
+        .supported_policies
+        .into_iter()
+        .map(|p| (p.name, p.supported_phases, p.requires_body, p.streams_response_body))
+        .collect();
+    let both = proto::PolicyPhase::RequestResponse as i32;
+    let request = proto::PolicyPhase::Request as i32;
+    assert_eq!(
+        described,
+        [
+            ("planCritic".to_string(), both, true, false),
+            ("planCriticStream".to_string(), both, true, true),
+            ("untrustedInput".to_string(), request, true, false),
+            ("futilityGuard".to_string(), request, true, false),
+            ("contextBudget".to_string(), both, true, false),
+            ("contextBudgetStream".to_string(), both, true, true),
+        ]
+    );
 }

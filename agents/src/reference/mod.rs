@@ -6,10 +6,14 @@
 //!   `piiRedaction`, `auditLog` (`guardrail-agent`).
 //! * [`tool`]: `mcpToolAuthorization`, `mcpToolFilter`, `toolArgumentGuard`,
 //!   `toolSchemaValidation` (`tool-agent`).
+//! * [`planner`]: `planCritic`, `planCriticStream`, `untrustedInput`
+//!   (`planner-agent`): planned tool calls of completions, checked with the
+//!   tool agent's rules and argument guards; untrusted prompt text fenced off.
 //! * [`text`]: helpers shared by policies that read chat-completion bodies.
 
 pub mod auth;
 pub mod guardrail;
+pub mod planner;
 pub mod ratelimit;
 pub mod text;
 pub mod tool;

@@ -22,7 +22,7 @@ pub use key::KeySpec;
 pub use memory::MemoryStore;
 pub use rate::RateLimit;
 pub use redis_store::RedisStore;
-pub use tokens::TokenBasedRateLimit;
+pub use tokens::{estimate_tokens, TokenBasedRateLimit};
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -123,7 +123,7 @@ pub fn ask_for_usage(body: &[u8]) -> Option<Bytes> {
 
 /// The tokens of a `usage` object: `total_tokens`, else the sum of the
 /// input and output counts it has (OpenAI and Anthropic names).
-fn usage_tokens(usage: &Value) -> Option<u64> {
+pub(crate) fn usage_tokens(usage: &Value) -> Option<u64> {
     if let Some(t) = usage.get("total_tokens").and_then(Value::as_u64) {
         return Some(t);
     }

@@ -22,7 +22,7 @@
 
 mod args;
 mod authorize;
-mod cache;
+pub(crate) mod cache;
 mod deny;
 mod filter;
 pub mod jsonrpc;
