@@ -31,9 +31,12 @@ struct Args {
     serve: ServeArgs,
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    args.serve.runtime()?.block_on(run(args))
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
     init_tracing(args.serve.log_json);
     let builder = Agent::builder("planner-agent", env!("CARGO_PKG_VERSION"))
         .policy(PlanCritic::new())
