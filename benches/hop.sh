@@ -16,6 +16,8 @@
 #   K1u  the same with `call_stream: false`: one unary gRPC call per policy
 #        call (the transport before the call stream, and what spec-only
 #        agents get)
+#   K1q  K1 with the kernel's log level at warn: what the per-request log
+#        line (§10.2, at info) costs
 #   K1py the kernel and the Python example agent, blockUserAgents (passes
 #        and sets one request header) on the route
 # CPU per request is each process's utime+stime over the run, divided by
@@ -24,6 +26,7 @@
 #
 # Usage: bash benches/hop.sh [BIN_DIR]   (default target/release; make bench
 #        runs it; PK_HOP_REQUESTS, PK_HOP_ROUNDS, PK_HOP_SCENARIOS override,
+#        PK_HOP_STREAMS sets h2load's streams per connection (default 1),
 #        RUN=DIR keeps the logs and hop.md, the table, in DIR)
 set -euo pipefail
 
@@ -33,7 +36,9 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BIN=${1:-$ROOT/target/release}
 N=${PK_HOP_REQUESTS:-20000}
 ROUNDS=${PK_HOP_ROUNDS:-3}
-SCENARIOS=${PK_HOP_SCENARIOS:-E0 F K0 K1 K1u K1py}
+SCENARIOS=${PK_HOP_SCENARIOS:-E0 F K0 K1 K1u K1q K1py}
+# h2load streams per connection (-m): 1 as in issue 20's setup.
+STREAMS=${PK_HOP_STREAMS:-1}
 RUN=${RUN:-$(mktemp -d /tmp/pk-hop.XXXXXX)}
 mkdir -p "$RUN"
 SUT_CPU=0 LG_CPU=1
@@ -92,6 +97,7 @@ policy_kernel:
   observability:
     metrics_port: 0
 EOF
+sed 's/^    metrics_port: 0$/    metrics_port: 0\n    log_level: warn/' "$RUN/kernel.yaml" >"$RUN/kernel-quiet.yaml"
 
 start_envoy() {
   start "envoy-$1" "$ENVOY" -c "$RUN/envoy-$1.yaml" --concurrency 1 --disable-hot-restart -l warning --base-id "$PORT"
@@ -106,26 +112,29 @@ stack() {
     E0) start_envoy without ;;
     F) start floor "$BIN/pk-floor" --socket "$RUN/kernel.sock" --messages 2; SERVER_PID=$LAST_PID
        wait_for 20 test -S "$RUN/kernel.sock"; start_envoy with ;;
-    K0|K1|K1u|K1py)
+    K0|K1|K1u|K1q|K1py)
       start example "$BIN/example-agent" --socket "$RUN/example.sock"; EXAMPLE_PID=$LAST_PID
       start python "$PY" "$ROOT/agents/examples/python/agent.py" --socket "$RUN/python.sock"; PYTHON_PID=$LAST_PID
       wait_for 30 test -S "$RUN/example.sock"; wait_for 60 test -S "$RUN/python.sock"
-      start kernel "$BIN/policy-kernel" --config "$RUN/kernel.yaml"; SERVER_PID=$LAST_PID
+      local config="$RUN/kernel.yaml"
+      [ "$1" = K1q ] && config="$RUN/kernel-quiet.yaml"
+      start kernel "$BIN/policy-kernel" --config "$config"; SERVER_PID=$LAST_PID
       wait_for 30 test -S "$RUN/kernel.sock"
-      wait_for 30 sh -c "[ \$(grep -c 'agent discovered' '$RUN/kernel.log') -ge 3 ]" \
-        || { echo "agents not discovered: $RUN/kernel.log" >&2; exit 1; }
       start_envoy with
-      case $1 in K1|K1u) AGENT_PID=$EXAMPLE_PID ;; esac
+      case $1 in K1|K1u|K1q) AGENT_PID=$EXAMPLE_PID ;; esac
       [ "$1" = K1py ] && AGENT_PID=$PYTHON_PID ;;
   esac
   case $1 in K0) PATH_=/k0/hop ;; K1u) PATH_=/k3/hop ;; K1py) PATH_=/kb/hop ;; *) PATH_=/k1/hop ;; esac
+  # Served (agents discovered and healthy) before the measurement.
+  wait_for 30 curl -sf -o /dev/null "http://127.0.0.1:$PORT$PATH_" \
+    || { echo "$1: $PATH_ not served: $RUN/kernel.log" >&2; exit 1; }
 }
 # measure SCENARIO ROUND: one warm-up of N/10 requests, then N; a JSON line
 measure() {
   local h="http://127.0.0.1:$PORT$PATH_" e0 s0 a0 e1 s1 a1 out="$RUN/h2load-$1-$2.txt"
-  taskset -c "$LG_CPU" h2load -n $((N / 10)) -c 16 -m 1 "$h" >/dev/null 2>&1 || true
+  taskset -c "$LG_CPU" h2load -n $((N / 10)) -c 16 -m "$STREAMS" "$h" >/dev/null 2>&1 || true
   e0=$(cpu_us "$ENVOY_PID"); s0=${SERVER_PID:+$(cpu_us "$SERVER_PID")}; a0=${AGENT_PID:+$(cpu_us "$AGENT_PID")}
-  taskset -c "$LG_CPU" timeout 300 h2load -n "$N" -c 16 -m 1 "$h" >"$out" 2>&1 || true
+  taskset -c "$LG_CPU" timeout 300 h2load -n "$N" -c 16 -m "$STREAMS" "$h" >"$out" 2>&1 || true
   e1=$(cpu_us "$ENVOY_PID"); s1=${SERVER_PID:+$(cpu_us "$SERVER_PID")}; a1=${AGENT_PID:+$(cpu_us "$AGENT_PID")}
   python3 - "$1" "$2" "$N" "$out" "$e0" "$e1" "${s0:-0}" "${s1:-0}" "${a0:-0}" "${a1:-0}" <<'PY'
 import json, re, sys
@@ -150,17 +159,17 @@ for round in $(seq 1 "$ROUNDS"); do
   cleanup
 done
 
-python3 - "$RUN/hop.jsonl" "$N" "$ROUNDS" <<'PY' | tee "$RUN/hop.md"
+python3 - "$RUN/hop.jsonl" "$N" "$ROUNDS" "$STREAMS" <<'PY' | tee "$RUN/hop.md"
 import json, statistics as st, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-n, rounds = sys.argv[2], sys.argv[3]
+n, rounds, streams = sys.argv[2], sys.argv[3], sys.argv[4]
 by = {}
 for r in rows:
     r["ext_us"] = r["server_us"] + r["agent_us"]
     by.setdefault(r["scenario"], []).append(r)
 floor = {r["round"]: r for r in by.get("F", [])}
 def med(xs): return st.median(xs) if xs else float("nan")
-print(f"One agent hop through Envoy (benches/hop.sh): {n} requests x {rounds} rounds, h2load -c 16 -m 1, medians; CPU per request in µs; ratios to F of the same round")
+print(f"One agent hop through Envoy (benches/hop.sh): {n} requests x {rounds} rounds, h2load -c 16 -m {streams}, medians; CPU per request in µs; ratios to F of the same round")
 print()
 print("| scenario | req/s | Envoy | server | agent | ext_proc (server + agent) | ext_proc / F | req/s / F | non-2xx or failed |")
 print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")

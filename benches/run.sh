@@ -34,7 +34,8 @@
 #                  body being asked for (release with PK_BENCH_PROFILE=release)
 #   --no-criterion skip the micro-benchmarks
 #   --no-direct    skip the direct pk-loadgen scenarios
-#   --no-envoy     skip the end-to-end scenarios (and benches/stream.sh, the
+#   --no-envoy     skip the end-to-end scenarios (and benches/hop.sh, one
+#                  agent hop as a new user meets it, and benches/stream.sh, the
 #                  streamed responses through Envoy)
 #   --no-instructions skip the instruction counts (benches/instructions.sh:
 #                  F, K0, K1, K3, A1 under valgrind callgrind, which run.sh installs
@@ -464,6 +465,14 @@ if [ "$ENVOY_E2E" = 1 ] && [ "$SMOKE" = 0 ] && [ -n "$(venv_envoy)" ]; then
   RUN="$RUN" bash "$ROOT/benches/stream.sh" "$BIN" >"$RUN/stream.out" 2>&1 || log "benches/stream.sh failed: see $RUN/stream.out"
 fi
 
+# ---------------------------------------------------------------- one agent hop
+# Issue 20's setup: the shipped kernel config, example-agent over the call
+# stream and over unary calls, the Python agent, h2load 16 x 1 (benches/hop.sh).
+if [ "$ENVOY_E2E" = 1 ] && [ "$SMOKE" = 0 ] && [ -n "$(venv_envoy)" ] && command -v h2load >/dev/null; then
+  log "one agent hop through Envoy (benches/hop.sh)"
+  RUN="$RUN/hop" bash "$ROOT/benches/hop.sh" "$BIN" >"$RUN/hop.out" 2>&1 || log "benches/hop.sh failed: see $RUN/hop.out"
+fi
+
 # ---------------------------------------------------------------- report
 ELAPSED=$(( $(date +%s) - START_TS ))
 REPORT_ARGS=(table "$RESULTS_JSON" --elapsed "$ELAPSED" --nproc "$(nproc)"
@@ -474,6 +483,7 @@ REPORT_ARGS=(table "$RESULTS_JSON" --elapsed "$ELAPSED" --nproc "$(nproc)"
 [ -f "$RUN/instructions.md" ] && REPORT_ARGS+=(--instructions "$RUN/instructions.md")
 python3 "$ROOT/benches/report.py" "${REPORT_ARGS[@]}" >"$RUN/table.md"
 if [ -f "$RUN/stream.md" ]; then { echo; cat "$RUN/stream.md"; } >>"$RUN/table.md"; fi
+if [ -f "$RUN/hop/hop.md" ]; then { echo; cat "$RUN/hop/hop.md"; } >>"$RUN/table.md"; fi
 cat "$RUN/table.md"
 if [ "$RESULTS" = 1 ]; then
   # The table becomes RESULTS.md's current section and joins the month's history.
