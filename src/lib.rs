@@ -3,8 +3,9 @@
 //!
 //! # Layout
 //! - [`config`] — the YAML schema, defaults and structural validation.
-//! - [`registry`] — agent handles, pooled Unix-socket gRPC clients, discovery
-//!   and health checks.
+//! - [`registry`] — agent handles, pooled Unix-socket gRPC clients (unary
+//!   calls, and the call stream for agents that serve it), peer identity,
+//!   discovery and health checks.
 //! - [`snapshot`] — the immutable, atomically swapped view the request path
 //!   reads: routes compiled against discovered agents.
 //! - [`kernel`] — the `ArcSwap<Snapshot>` and what keeps it current.
@@ -26,6 +27,7 @@
 //! - [`validate`] — the `validate` command's checks and route table.
 //! - [`telemetry`] — JSON logs, Prometheus metrics, OpenTelemetry traces.
 //! - [`proto`] — generated types of `proto/policy_agent.proto`.
+//! - [`wire`] — policy calls encoded once from borrowed request data.
 
 pub mod admin;
 pub mod aggregate;
