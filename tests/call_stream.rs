@@ -222,3 +222,114 @@ async fn an_agent_restart_fails_calls_in_flight_and_the_next_calls_reconnect() {
     assert_eq!(r.echoed_header("x-example").as_deref(), Some("1"));
     assert_eq!(stream_calls(&kernel, "example"), 3.0);
 }
+
+/// `max_concurrent_calls` and the circuit breaker sit above the transport
+/// and hold on the call stream as on unary calls: a call beyond the limit
+/// fails at once without reaching the agent, and calls that time out on the
+/// stream open the circuit, after which the agent gets no calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn call_limits_and_the_circuit_breaker_hold_on_the_stream() {
+    let tmp = workdir();
+    let dir = tmp.path();
+    let sock = dir.join("example.sock");
+    let _example = example_agent(dir, &sock);
+    let kernel = KernelProc::start(
+        dir,
+        &format!(
+            "  agents:\n{}  route_policies:\n    - route_name: slow\n      request_policy_chain:\n        - policy: delay\n          params: {{ms: \"2000\"}}\n    - route_name: users\n      request_policy_chain:\n        - policy: addHeader\n          params: {{name: x-example, value: \"1\"}}\n",
+            load::agent_yaml(
+                "example",
+                &sock,
+                200,
+                "      timeout_ms: 300\n      max_concurrent_calls: 1\n      circuit_breaker: {failure_threshold: 2, cooldown_ms: 60000}\n"
+            ),
+        ),
+    );
+    healthy(&kernel, 1).await;
+    let upstream = Upstream::start().await;
+    let envoy = Envoy::start(dir, &kernel.socket, upstream.addr.port());
+    let client = reqwest::Client::new();
+    assert_eq!(
+        send(&client, "GET", &envoy.url("/users/1"), &[], None).await.status,
+        200
+    );
+
+    // One slow call holds the only permit: a second call is shed unsent.
+    let slow = tokio::spawn({
+        let (client, url) = (client.clone(), envoy.url("/slow/1"));
+        async move { send(&client, "GET", &url, &[], None).await.status }
+    });
+    until("the slow call is on the stream", Duration::from_secs(10), || async {
+        stream_calls(&kernel, "example") >= 2.0
+    })
+    .await;
+    let r = send(&client, "GET", &envoy.url("/users/1"), &[], None).await;
+    assert_eq!(r.status, 500, "{}", r.body);
+    assert_eq!(
+        stream_calls(&kernel, "example"),
+        2.0,
+        "the shed call reached the stream"
+    );
+    // The slow call times out (300 ms): the first failure.
+    assert_eq!(slow.await.expect("slow"), 500);
+    // A second timeout opens the circuit.
+    assert_eq!(send(&client, "GET", &envoy.url("/slow/1"), &[], None).await.status, 500);
+    assert_eq!(stream_calls(&kernel, "example"), 3.0);
+    until("the circuit is open", Duration::from_secs(5), || async {
+        kernel.metric("policy_kernel_agent_circuit_state{agent=\"example\"}") == 1.0
+    })
+    .await;
+    // Open: the agent is unavailable and gets nothing.
+    let r = send(&client, "GET", &envoy.url("/users/1"), &[], None).await;
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert_eq!(stream_calls(&kernel, "example"), 3.0);
+    assert_eq!(
+        kernel.metric("policy_kernel_agent_timeouts_total{agent=\"example\"}"),
+        2.0
+    );
+}
+
+/// A call whose frame never left the kernel (the agent's connection was
+/// gone, unnoticed by health checks) is retried, and delivered once when the
+/// agent is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsent_calls_are_retried_on_the_stream_and_delivered_once() {
+    let tmp = workdir();
+    let dir = tmp.path();
+    let sock = dir.join("example.sock");
+    let mut example = example_agent(dir, &sock);
+    let kernel = KernelProc::start(
+        dir,
+        &format!(
+            "  agents:\n{}  route_policies:\n    - route_name: users\n      request_policy_chain:\n        - policy: addHeader\n          params: {{name: x-example, value: \"1\"}}\n",
+            load::agent_yaml(
+                "example",
+                &sock,
+                60000,
+                "      timeout_ms: 3000\n      retry: {max_attempts: 10, backoff_ms: 200}\n"
+            ),
+        ),
+    );
+    healthy(&kernel, 1).await;
+    let upstream = Upstream::start().await;
+    let envoy = Envoy::start(dir, &kernel.socket, upstream.addr.port());
+    let client = reqwest::Client::new();
+    assert_eq!(
+        send(&client, "GET", &envoy.url("/users/1"), &[], None).await.status,
+        200
+    );
+    assert_eq!(stream_calls(&kernel, "example"), 1.0);
+    // Gone, unnoticed by health checks (60 s apart).
+    example.kill();
+    let request = tokio::spawn({
+        let (client, url) = (client.clone(), envoy.url("/users/2"));
+        async move { send(&client, "GET", &url, &[], None).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let _example = example_agent(dir, &sock);
+    let r = request.await.expect("request");
+    assert_eq!(r.status, 200, "{}\n{}", r.body, kernel.log());
+    assert_eq!(r.echoed_header("x-example").as_deref(), Some("1"));
+    // Sent once: the attempts before the agent came back sent nothing.
+    assert_eq!(stream_calls(&kernel, "example"), 2.0);
+}

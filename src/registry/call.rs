@@ -256,8 +256,7 @@ impl AgentHandle {
     ) -> Result<AgentReply, tonic::Status> {
         if let Some(stream) = self.call_stream() {
             if call.encoded_len() <= super::mux::MAX_STREAMED_CALL {
-                self.metrics.stream_calls.inc();
-                return stream.call(call, trace).await;
+                return stream.call(call, trace, &self.metrics.stream_calls).await;
             }
         }
         let mut grpc = self.call_client();

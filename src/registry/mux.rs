@@ -160,10 +160,12 @@ impl CallStream {
     /// Sends `call` on the stream and waits for its reply. Errors are gRPC
     /// statuses as a unary call gives them; a frame the connection refused
     /// carries a "not sent" [`TransportError`].
+    /// `sent` counts the call once its frame is handed to the connection.
     pub async fn call(
         &self,
         call: AgentCall,
         trace: Option<&opentelemetry::Context>,
+        sent: &prometheus::IntCounter,
     ) -> Result<AgentReply, tonic::Status> {
         let session = self.session().await.map_err(not_sent)?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -182,6 +184,7 @@ impl CallStream {
             session.close("the connection refused a call");
             return Err(not_sent(TransportError::Closed(e)));
         }
+        sent.inc();
         let mut guard = CancelOnDrop {
             session: &session,
             id,
