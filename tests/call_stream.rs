@@ -35,6 +35,68 @@ fn stream_calls(kernel: &KernelProc, agent: &str) -> f64 {
     kernel.metric(&format!("policy_kernel_agent_stream_calls_total{{agent=\"{agent}\"}}"))
 }
 
+/// The slow route (`delay` of `ms`) and the fast one (`addHeader`).
+fn routes(delay_ms: u32) -> String {
+    format!(
+        "  route_policies:\n    - route_name: slow\n      request_policy_chain:\n        - policy: delay\n          params: {{ms: \"{delay_ms}\"}}\n    - route_name: users\n      request_policy_chain:\n        - policy: addHeader\n          params: {{name: x-example, value: \"1\"}}\n"
+    )
+}
+
+/// `example-agent`, the kernel (one agent, `example`, with `agent_extra`
+/// lines and health checks `health_ms` apart) on `routes`, an upstream and
+/// Envoy, ready to serve.
+struct Stack {
+    example: Proc,
+    kernel: KernelProc,
+    envoy: Envoy,
+    client: reqwest::Client,
+    sock: std::path::PathBuf,
+    _upstream: Upstream,
+    tmp: tempfile::TempDir,
+}
+
+impl Stack {
+    async fn start(routes: &str, health_ms: u64, agent_extra: &str) -> Self {
+        let tmp = workdir();
+        let dir = tmp.path();
+        let sock = dir.join("example.sock");
+        let example = example_agent(dir, &sock);
+        let kernel = KernelProc::start(
+            dir,
+            &format!(
+                "  agents:\n{}{routes}",
+                load::agent_yaml("example", &sock, health_ms, agent_extra)
+            ),
+        );
+        healthy(&kernel, 1).await;
+        let upstream = Upstream::start().await;
+        let envoy = Envoy::start(dir, &kernel.socket, upstream.addr.port());
+        Stack {
+            example,
+            kernel,
+            envoy,
+            client: reqwest::Client::new(),
+            sock,
+            _upstream: upstream,
+            tmp,
+        }
+    }
+
+    async fn get(&self, path: &str) -> Got {
+        send(&self.client, "GET", &self.envoy.url(path), &[], None).await
+    }
+
+    /// A request sent in the background.
+    fn spawn_get(&self, path: &str) -> tokio::task::JoinHandle<Got> {
+        let (client, url) = (self.client.clone(), self.envoy.url(path));
+        tokio::spawn(async move { send(&client, "GET", &url, &[], None).await })
+    }
+
+    fn stream_calls(&self) -> f64 {
+        stream_calls(&self.kernel, "example")
+    }
+}
+
 /// An SDK agent gets its calls on the call stream, a spec-only agent gets
 /// unary calls, and both answer through a real Envoy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -89,42 +151,20 @@ async fn sdk_agents_get_the_call_stream_and_spec_only_agents_unary_calls() {
 /// until its 5 s deadline).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_call_holds_back_no_other_call() {
-    let tmp = workdir();
-    let dir = tmp.path();
-    let sock = dir.join("example.sock");
-    let _example = example_agent(dir, &sock);
-    let kernel = KernelProc::start(
-        dir,
-        &format!(
-            "  agents:\n{}  route_policies:\n    - route_name: slow\n      request_policy_chain:\n        - policy: delay\n          params: {{ms: \"30000\"}}\n    - route_name: users\n      request_policy_chain:\n        - policy: addHeader\n          params: {{name: x-example, value: \"1\"}}\n",
-            load::agent_yaml("example", &sock, 200, "      timeout_ms: 5000\n"),
-        ),
-    );
-    healthy(&kernel, 1).await;
-    let upstream = Upstream::start().await;
-    let envoy = Envoy::start(dir, &kernel.socket, upstream.addr.port());
-    let client = reqwest::Client::new();
-    let slow = tokio::spawn({
-        let (client, url) = (client.clone(), envoy.url("/slow/1"));
-        async move { send(&client, "GET", &url, &[], None).await.status }
-    });
+    let st = Stack::start(&routes(30_000), 200, "      timeout_ms: 5000\n").await;
+    let slow = st.spawn_get("/slow/1");
     until("the slow call is on the stream", Duration::from_secs(10), || async {
-        stream_calls(&kernel, "example") >= 1.0
+        st.stream_calls() >= 1.0
     })
     .await;
-    let fast: Vec<_> = (0..20)
-        .map(|_| {
-            let (client, url) = (client.clone(), envoy.url("/users/1"));
-            tokio::spawn(async move { send(&client, "GET", &url, &[], None).await })
-        })
-        .collect();
+    let fast: Vec<_> = (0..20).map(|_| st.spawn_get("/users/1")).collect();
     for f in fast {
         let r = f.await.expect("fast request");
         assert_eq!(r.status, 200, "{}", r.body);
         assert_eq!(r.echoed_header("x-example").as_deref(), Some("1"));
     }
-    assert!(!slow.is_finished(), "the slow call ended early: {}", kernel.log());
-    assert_eq!(stream_calls(&kernel, "example"), 21.0);
+    assert!(!slow.is_finished(), "the slow call ended early: {}", st.kernel.log());
+    assert_eq!(st.stream_calls(), 21.0);
     slow.abort();
 }
 
@@ -132,95 +172,57 @@ async fn a_slow_call_holds_back_no_other_call() {
 /// stream, and the agent stops its work.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_goes_away_cancels_the_agents_work() {
-    let tmp = workdir();
-    let dir = tmp.path();
-    let sock = dir.join("example.sock");
-    let _example = example_agent(dir, &sock);
-    let kernel = KernelProc::start(
-        dir,
-        &format!(
-            "  agents:\n{}  route_policies:\n    - route_name: slow\n      request_policy_chain:\n        - policy: delay\n          params: {{ms: \"30000\"}}\n",
-            load::agent_yaml("example", &sock, 200, "      timeout_ms: 5000\n"),
-        ),
-    );
-    healthy(&kernel, 1).await;
-    let upstream = Upstream::start().await;
-    let envoy = Envoy::start(dir, &kernel.socket, upstream.addr.port());
+    let st = Stack::start(&routes(30_000), 200, "      timeout_ms: 5000\n").await;
     let client = reqwest::Client::builder()
         .timeout(Duration::from_millis(1500))
         .build()
         .expect("client");
     // The client gives up after 1.5 s; Envoy resets the ext_proc stream.
-    let gave_up = client.get(envoy.url("/slow/1")).send().await;
+    let gave_up = client.get(st.envoy.url("/slow/1")).send().await;
     assert!(gave_up.is_err(), "the delayed request answered: {gave_up:?}");
-    let log = dir.join("example.log");
+    let log = st.tmp.path().join("example.log");
     let deadline = Instant::now() + Duration::from_secs(10);
     while !read(&log).contains("call cancelled by the kernel") {
         assert!(
             Instant::now() < deadline,
             "no cancellation:\n{}\n{}",
             read(&log),
-            kernel.log()
+            st.kernel.log()
         );
         std::thread::sleep(Duration::from_millis(50));
     }
     // The stream still serves: cancellation ended one call, not the stream.
-    let r = reqwest::Client::new()
-        .get(envoy.url("/users/1"))
-        .send()
-        .await
-        .expect("request");
-    assert_eq!(r.status(), 200);
+    assert_eq!(st.get("/users/1").await.status, 200);
 }
 
 /// An agent restarting mid-stream fails the call in flight by `on_failure`
 /// (not retried: it was sent), and the calls after it reconnect.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_restart_fails_calls_in_flight_and_the_next_calls_reconnect() {
-    let tmp = workdir();
-    let dir = tmp.path();
-    let sock = dir.join("example.sock");
-    let mut example = example_agent(dir, &sock);
-    let kernel = KernelProc::start(
-        dir,
-        &format!(
-            "  agents:\n{}  route_policies:\n    - route_name: slow\n      request_policy_chain:\n        - policy: delay\n          params: {{ms: \"30000\"}}\n    - route_name: users\n      request_policy_chain:\n        - policy: addHeader\n          params: {{name: x-example, value: \"1\"}}\n",
-            load::agent_yaml("example", &sock, 200, "      timeout_ms: 5000\n"),
-        ),
-    );
-    healthy(&kernel, 1).await;
-    let upstream = Upstream::start().await;
-    let envoy = Envoy::start(dir, &kernel.socket, upstream.addr.port());
-    let client = reqwest::Client::new();
-    assert_eq!(
-        send(&client, "GET", &envoy.url("/users/1"), &[], None).await.status,
-        200
-    );
-    let slow = tokio::spawn({
-        let (client, url) = (client.clone(), envoy.url("/slow/1"));
-        async move { send(&client, "GET", &url, &[], None).await }
-    });
+    let mut st = Stack::start(&routes(30_000), 200, "      timeout_ms: 5000\n").await;
+    assert_eq!(st.get("/users/1").await.status, 200);
+    let slow = st.spawn_get("/slow/1");
     until("the slow call is on the stream", Duration::from_secs(10), || async {
-        stream_calls(&kernel, "example") >= 2.0
+        st.stream_calls() >= 2.0
     })
     .await;
-    example.kill();
+    st.example.kill();
     let r = slow.await.expect("slow request");
     // on_failure unset, fail_open false: policy_failure_response (500).
-    assert_eq!(r.status, 500, "{}\n{}", r.body, kernel.log());
+    assert_eq!(r.status, 500, "{}\n{}", r.body, st.kernel.log());
     assert!(r.body.contains("POLICY_EXECUTION_FAILED"), "{}", r.body);
     assert!(
-        kernel.log().contains("call stream closed"),
+        st.kernel.log().contains("call stream closed"),
         "not failed by the restart:\n{}",
-        kernel.log()
+        st.kernel.log()
     );
 
-    let _example = example_agent(dir, &sock);
-    healthy(&kernel, 1).await;
-    let r = send(&client, "GET", &envoy.url("/users/1"), &[], None).await;
-    assert_eq!(r.status, 200, "{}\n{}", r.body, kernel.log());
+    st.example = example_agent(st.tmp.path(), &st.sock);
+    healthy(&st.kernel, 1).await;
+    let r = st.get("/users/1").await;
+    assert_eq!(r.status, 200, "{}\n{}", r.body, st.kernel.log());
     assert_eq!(r.echoed_header("x-example").as_deref(), Some("1"));
-    assert_eq!(stream_calls(&kernel, "example"), 3.0);
+    assert_eq!(st.stream_calls(), 3.0);
 }
 
 /// `max_concurrent_calls` and the circuit breaker sit above the transport
@@ -229,62 +231,39 @@ async fn an_agent_restart_fails_calls_in_flight_and_the_next_calls_reconnect() {
 /// stream open the circuit, after which the agent gets no calls.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn call_limits_and_the_circuit_breaker_hold_on_the_stream() {
-    let tmp = workdir();
-    let dir = tmp.path();
-    let sock = dir.join("example.sock");
-    let _example = example_agent(dir, &sock);
-    let kernel = KernelProc::start(
-        dir,
-        &format!(
-            "  agents:\n{}  route_policies:\n    - route_name: slow\n      request_policy_chain:\n        - policy: delay\n          params: {{ms: \"2000\"}}\n    - route_name: users\n      request_policy_chain:\n        - policy: addHeader\n          params: {{name: x-example, value: \"1\"}}\n",
-            load::agent_yaml(
-                "example",
-                &sock,
-                200,
-                "      timeout_ms: 300\n      max_concurrent_calls: 1\n      circuit_breaker: {failure_threshold: 2, cooldown_ms: 60000}\n"
-            ),
-        ),
-    );
-    healthy(&kernel, 1).await;
-    let upstream = Upstream::start().await;
-    let envoy = Envoy::start(dir, &kernel.socket, upstream.addr.port());
-    let client = reqwest::Client::new();
-    assert_eq!(
-        send(&client, "GET", &envoy.url("/users/1"), &[], None).await.status,
-        200
-    );
+    let st = Stack::start(
+        &routes(2000),
+        200,
+        "      timeout_ms: 300\n      max_concurrent_calls: 1\n      circuit_breaker: {failure_threshold: 2, cooldown_ms: 60000}\n",
+    )
+    .await;
+    assert_eq!(st.get("/users/1").await.status, 200);
 
     // One slow call holds the only permit: a second call is shed unsent.
-    let slow = tokio::spawn({
-        let (client, url) = (client.clone(), envoy.url("/slow/1"));
-        async move { send(&client, "GET", &url, &[], None).await.status }
-    });
+    let slow = st.spawn_get("/slow/1");
     until("the slow call is on the stream", Duration::from_secs(10), || async {
-        stream_calls(&kernel, "example") >= 2.0
+        st.stream_calls() >= 2.0
     })
     .await;
-    let r = send(&client, "GET", &envoy.url("/users/1"), &[], None).await;
+    let r = st.get("/users/1").await;
     assert_eq!(r.status, 500, "{}", r.body);
-    assert_eq!(
-        stream_calls(&kernel, "example"),
-        2.0,
-        "the shed call reached the stream"
-    );
+    assert_eq!(st.stream_calls(), 2.0, "the shed call reached the stream");
     // The slow call times out (300 ms): the first failure.
-    assert_eq!(slow.await.expect("slow"), 500);
+    assert_eq!(slow.await.expect("slow").status, 500);
     // A second timeout opens the circuit.
-    assert_eq!(send(&client, "GET", &envoy.url("/slow/1"), &[], None).await.status, 500);
-    assert_eq!(stream_calls(&kernel, "example"), 3.0);
+    assert_eq!(st.get("/slow/1").await.status, 500);
+    assert_eq!(st.stream_calls(), 3.0);
     until("the circuit is open", Duration::from_secs(5), || async {
-        kernel.metric("policy_kernel_agent_circuit_state{agent=\"example\"}") == 1.0
+        st.kernel.metric("policy_kernel_agent_circuit_state{agent=\"example\"}") == 1.0
     })
     .await;
     // Open: the agent is unavailable and gets nothing.
-    let r = send(&client, "GET", &envoy.url("/users/1"), &[], None).await;
+    let r = st.get("/users/1").await;
     assert_eq!(r.status, 503, "{}", r.body);
-    assert_eq!(stream_calls(&kernel, "example"), 3.0);
+    assert_eq!(st.stream_calls(), 3.0);
     assert_eq!(
-        kernel.metric("policy_kernel_agent_timeouts_total{agent=\"example\"}"),
+        st.kernel
+            .metric("policy_kernel_agent_timeouts_total{agent=\"example\"}"),
         2.0
     );
 }
@@ -294,42 +273,22 @@ async fn call_limits_and_the_circuit_breaker_hold_on_the_stream() {
 /// agent is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unsent_calls_are_retried_on_the_stream_and_delivered_once() {
-    let tmp = workdir();
-    let dir = tmp.path();
-    let sock = dir.join("example.sock");
-    let mut example = example_agent(dir, &sock);
-    let kernel = KernelProc::start(
-        dir,
-        &format!(
-            "  agents:\n{}  route_policies:\n    - route_name: users\n      request_policy_chain:\n        - policy: addHeader\n          params: {{name: x-example, value: \"1\"}}\n",
-            load::agent_yaml(
-                "example",
-                &sock,
-                60000,
-                "      timeout_ms: 3000\n      retry: {max_attempts: 10, backoff_ms: 200}\n"
-            ),
-        ),
-    );
-    healthy(&kernel, 1).await;
-    let upstream = Upstream::start().await;
-    let envoy = Envoy::start(dir, &kernel.socket, upstream.addr.port());
-    let client = reqwest::Client::new();
-    assert_eq!(
-        send(&client, "GET", &envoy.url("/users/1"), &[], None).await.status,
-        200
-    );
-    assert_eq!(stream_calls(&kernel, "example"), 1.0);
+    let mut st = Stack::start(
+        &routes(0),
+        60_000,
+        "      timeout_ms: 3000\n      retry: {max_attempts: 10, backoff_ms: 200}\n",
+    )
+    .await;
+    assert_eq!(st.get("/users/1").await.status, 200);
+    assert_eq!(st.stream_calls(), 1.0);
     // Gone, unnoticed by health checks (60 s apart).
-    example.kill();
-    let request = tokio::spawn({
-        let (client, url) = (client.clone(), envoy.url("/users/2"));
-        async move { send(&client, "GET", &url, &[], None).await }
-    });
+    st.example.kill();
+    let request = st.spawn_get("/users/2");
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let _example = example_agent(dir, &sock);
+    st.example = example_agent(st.tmp.path(), &st.sock);
     let r = request.await.expect("request");
-    assert_eq!(r.status, 200, "{}\n{}", r.body, kernel.log());
+    assert_eq!(r.status, 200, "{}\n{}", r.body, st.kernel.log());
     assert_eq!(r.echoed_header("x-example").as_deref(), Some("1"));
     // Sent once: the attempts before the agent came back sent nothing.
-    assert_eq!(stream_calls(&kernel, "example"), 2.0);
+    assert_eq!(st.stream_calls(), 2.0);
 }
