@@ -11,12 +11,10 @@
 use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::Stream;
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
-use tokio::time::Instant;
 use tonic::{Code, Status, Streaming};
 use tracing::Instrument;
 
@@ -115,10 +113,7 @@ async fn run(
         Call::Chunk(c) => (c.request_id.clone(), c.deadline_ms, Phase::Response),
         Call::Cancel(_) => return,
     };
-    let deadline = u64::try_from(deadline_ms)
-        .ok()
-        .filter(|ms| *ms > 0)
-        .map(|ms| Instant::now() + Duration::from_millis(ms));
+    let deadline = crate::service::deadline_of(deadline_ms);
     let info = CallInfo {
         request_id,
         phase,

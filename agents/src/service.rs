@@ -83,11 +83,16 @@ fn metadata_str(meta: &tonic::metadata::MetadataMap, key: &str) -> Option<String
     meta.get(key).and_then(|v| v.to_str().ok()).map(str::to_string)
 }
 
-fn call_info(meta: &tonic::metadata::MetadataMap, request_id: &str, deadline_ms: i64, phase: Phase) -> CallInfo {
-    let deadline = u64::try_from(deadline_ms)
+/// When a call of `deadline_ms` (0 or less: none said) must be over.
+pub(crate) fn deadline_of(deadline_ms: i64) -> Option<Instant> {
+    u64::try_from(deadline_ms)
         .ok()
         .filter(|ms| *ms > 0)
-        .map(|ms| Instant::now() + Duration::from_millis(ms));
+        .map(|ms| Instant::now() + Duration::from_millis(ms))
+}
+
+fn call_info(meta: &tonic::metadata::MetadataMap, request_id: &str, deadline_ms: i64, phase: Phase) -> CallInfo {
+    let deadline = deadline_of(deadline_ms);
     CallInfo {
         request_id: request_id.to_string(),
         phase,

@@ -124,9 +124,6 @@ impl Drop for ProbeGuard<'_> {
 }
 
 impl AgentCall {
-    /// A description of the problem when the encoded call is over
-    /// [`super::client::MAX_REPLY_BYTES`], which the transport would refuse
-    /// with an opaque protocol error.
     fn encoded_len(&self) -> usize {
         use prost::Message;
         match self {
@@ -135,8 +132,10 @@ impl AgentCall {
         }
     }
 
-    fn oversized(&self) -> Option<String> {
-        let len = self.encoded_len();
+    /// A description of the problem when the encoded call, `len` bytes, is
+    /// over [`super::client::MAX_REPLY_BYTES`], which the transport would
+    /// refuse with an opaque protocol error.
+    fn oversized(len: usize) -> Option<String> {
         (len > super::client::MAX_REPLY_BYTES).then(|| {
             format!(
                 "call too large: {len} bytes, over the {}-byte gRPC message limit",
@@ -167,9 +166,13 @@ impl AgentHandle {
         let Ok(_permit) = self.calls.try_acquire() else {
             return Err(CallError::Shed("max_concurrent_calls"));
         };
-        if let Some(too_big) = call.oversized() {
+        let len = call.encoded_len();
+        if let Some(too_big) = AgentCall::oversized(len) {
             return Err(CallError::Rejected(too_big));
         }
+        // The call stream, when the agent serves one and the call is small
+        // enough for it; else unary calls. Decided once for every attempt.
+        let stream = self.call_stream().filter(|_| len <= super::mux::MAX_STREAMED_CALL);
         if !self.circuit.try_call() {
             return Err(CallError::Shed("circuit_open"));
         }
@@ -178,7 +181,7 @@ impl AgentHandle {
             circuit: &self.circuit,
             settled: false,
         };
-        let result = self.attempts(call, deadline, trace).await;
+        let result = self.attempts(call, stream, deadline, trace).await;
         guard.settled = true;
         match &result {
             Ok(_) => self.circuit.success(),
@@ -197,6 +200,7 @@ impl AgentHandle {
     async fn attempts(
         &self,
         call: AgentCall,
+        stream: Option<&super::mux::CallStream>,
         deadline: Instant,
         trace: Option<&opentelemetry::Context>,
     ) -> Result<AgentReply, CallError> {
@@ -213,7 +217,7 @@ impl AgentHandle {
             this.set_deadline(ms);
             // Boxed: the gRPC call's future is several KiB; kept inline it would
             // be copied into every future that awaits it, up to the stream's.
-            match tokio::time::timeout(remaining, Box::pin(self.send(this, remaining, trace))).await {
+            match tokio::time::timeout(remaining, Box::pin(self.send(this, stream, remaining, trace))).await {
                 Err(_) => {
                     self.metrics.timeouts.inc();
                     return Err(CallError::Timeout);
@@ -251,13 +255,12 @@ impl AgentHandle {
     async fn send(
         &self,
         call: AgentCall,
+        stream: Option<&super::mux::CallStream>,
         timeout: Duration,
         trace: Option<&opentelemetry::Context>,
     ) -> Result<AgentReply, tonic::Status> {
-        if let Some(stream) = self.call_stream() {
-            if call.encoded_len() <= super::mux::MAX_STREAMED_CALL {
-                return stream.call(call, trace, &self.metrics.stream_calls).await;
-            }
+        if let Some(stream) = stream {
+            return stream.call(call, trace, &self.metrics.stream_calls).await;
         }
         let mut grpc = self.call_client();
         match call {
