@@ -6,14 +6,23 @@
       apart, then `data: [DONE]`. Each chunk carries its send time ("t", ns
       since the epoch), so the client can tell each event's latency.
 
-  stream_load.py client URL CONCURRENCY SECONDS LABEL
+  stream_load.py client URL CONCURRENCY SECONDS LABEL [STAGGER_MS]
       CONCURRENCY HTTP/1.1 connections, each requesting streams back to back
       for SECONDS; prints one JSON line: streams, events, time to first byte
       (request sent -> first body byte) and event latency (upstream send ->
       client receipt) percentiles in ms.
+
+      Without STAGGER_MS every connection starts at once, so the streams run
+      in lockstep: every stream's request, and then each of its events,
+      reaches the server within the same millisecond as the others' (the
+      worst case: each message waits behind the whole burst). With
+      STAGGER_MS (say, one stream's duration) each connection first waits a
+      random time in [0, STAGGER_MS): the same number of concurrent streams,
+      at independent phases, as independent clients would send them.
 """
 import asyncio
 import json
+import random
 import re
 import socket
 import sys
@@ -60,8 +69,11 @@ def upstream(port, events, gap_ms):
 STAMP = re.compile(rb'"t":\s*(\d+)')
 
 
-async def one_stream(reader, writer, host, path, ttfb, lat):
+async def one_stream(reader, writer, host, path, ttfb, lat, since):
     sent = time.monotonic()
+    if sent < since:
+        # Ramping up (STAGGER_MS): not all streams are running yet.
+        ttfb, lat = [], []
     writer.write(("GET %s HTTP/1.1\r\nhost: %s\r\naccept: text/event-stream\r\n\r\n" % (path, host)).encode())
     await writer.drain()
     head = await reader.readuntil(b"\r\n\r\n")
@@ -87,31 +99,37 @@ async def one_stream(reader, writer, host, path, ttfb, lat):
             if m:
                 lat.append((now_wall - int(m.group(1))) / 1e6)
                 events += 1
-    return events
+    return events, sent >= since
 
 
-async def client(url, conc, seconds):
+async def client(url, conc, seconds, stagger_ms):
     m = re.match(r"http://([^/:]+):(\d+)(/.*)", url)
     host, port, path = m.group(1), int(m.group(2)), m.group(3)
-    ttfb, lat, counts, errors = [], [], [0, 0], []
-    stop = time.monotonic() + seconds
+    ttfb, lat, counts, errors = [], [], [0, 0, 0], []
+    since = time.monotonic() + stagger_ms / 1000
+    stop = since + seconds
 
-    async def worker():
+    async def worker(offset):
+        await asyncio.sleep(offset)
         reader, writer = await asyncio.open_connection(host, port)
         while time.monotonic() < stop:
             try:
                 # Awaited first: `counts[1] += await ...` would read the
                 # count before the await and lose the other tasks' events.
-                n = await one_stream(reader, writer, host, path, ttfb, lat)
-                counts[0] += 1
-                counts[1] += n
+                n, measured = await one_stream(reader, writer, host, path, ttfb, lat, since)
+                counts[2] += n
+                if measured:
+                    counts[0] += 1
+                    counts[1] += n
             except Exception as e:  # noqa: BLE001 - reported, then reconnect
                 errors.append(str(e))
                 writer.close()
                 reader, writer = await asyncio.open_connection(host, port)
         writer.close()
 
-    await asyncio.gather(*(worker() for _ in range(conc)))
+    rng = random.Random(7)
+    offsets = [rng.uniform(0, stagger_ms / 1000) for _ in range(conc)]
+    await asyncio.gather(*(worker(o) for o in offsets))
     return ttfb, lat, counts, errors
 
 
@@ -126,9 +144,10 @@ def main():
     if sys.argv[1] == "upstream":
         upstream(int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]))
     url, conc, seconds, label = sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
-    ttfb, lat, (streams, events), errors = asyncio.run(client(url, conc, seconds))
+    stagger_ms = float(sys.argv[6]) if len(sys.argv) > 6 else 0.0
+    ttfb, lat, (streams, events, events_all), errors = asyncio.run(client(url, conc, seconds, stagger_ms))
     print(json.dumps({
-        "label": label, "streams": streams, "events": events, "errors": len(errors),
+        "label": label, "streams": streams, "events": events, "events_all": events_all, "errors": len(errors),
         "first_error": errors[0] if errors else None,
         "ttfb_p50_ms": pct(ttfb, 0.5), "ttfb_p99_ms": pct(ttfb, 0.99),
         "event_p50_ms": pct(lat, 0.5), "event_p99_ms": pct(lat, 0.99),

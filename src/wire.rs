@@ -9,7 +9,10 @@
 //! once, from borrowed data, into one buffer: policies come pre-encoded from
 //! the snapshot, and bodies are not copied (they stay `Bytes` segments of
 //! the call). An agent decodes it as the generated message, field for field
-//! (the tests below decode every shape and compare).
+//! (the tests below decode every shape and compare). Calls on a streamed
+//! response body ([`chunk_call`]) copy in the request and response headers
+//! encoded once per stream ([`chunk_context`]) and carry their events as
+//! segments.
 //!
 //! Fields are written in field-number order, empty scalars skipped and
 //! message fields always present, as prost writes them. Two differences, both
@@ -124,8 +127,8 @@ fn call<'a>(
     let (deadline_field, meta_field) = if response.is_some() { (5, 6) } else { (4, 5) };
     let meta = || meta.iter().map(|(k, v)| (k.as_str(), v.as_str()));
     let query: Query<'_> = query_pairs(split_path(&request.path).1.unwrap_or("")).collect();
-    let req_len = request_data_len(request, &query);
-    let resp_len = response.map(response_data_len);
+    let req_len = request_data_len(request, &request.body, &query);
+    let resp_len = response.map(|r| response_data_len(r, &r.body));
     let mut w = Writer::with_capacity(
         str_len(CALL_REQUEST_ID, request_id)
             + policies.clone().map(|p| msg_len(CALL_POLICIES, p.len())).sum::<usize>()
@@ -139,13 +142,94 @@ fn call<'a>(
         w.raw(p);
     }
     w.msg(CALL_REQUEST_DATA, req_len);
-    w.request_data(request, &query, req_len);
+    w.request_data(request, &request.body, &query, req_len);
     if let (Some(r), Some(n)) = (response, resp_len) {
         w.msg(CALL_RESPONSE_DATA, n);
-        w.response_data(r, n);
+        w.response_data(r, &r.body, n);
     }
     w.map(meta_field, meta());
     w.finish(deadline_field)
+}
+
+// Field numbers of `PolicyResponseChunk` after `response_data`.
+const CHUNK_SEQUENCE: u32 = 5;
+const CHUNK_FRAMING: u32 = 6;
+const CHUNK_EVENTS: u32 = 7;
+const CHUNK_END_OF_STREAM: u32 = 8;
+const CHUNK_STATE: u32 = 9;
+const CHUNK_DEADLINE: u32 = 10;
+const CHUNK_METADATA: u32 = 11;
+
+/// `request_data` and `response_data` of every call on one streamed
+/// response, without bodies: they do not change while the body streams, so
+/// they are encoded once per stream ([`chunk_call`] copies them in).
+pub fn chunk_context(request: &RequestCtx, response: &ResponseCtx) -> Bytes {
+    let query: Query<'_> = query_pairs(split_path(&request.path).1.unwrap_or("")).collect();
+    let req_len = request_data_len(request, &None, &query);
+    let resp_len = response_data_len(response, &None);
+    let mut w = Writer::with_capacity(msg_len(CALL_REQUEST_DATA, req_len) + msg_len(CALL_RESPONSE_DATA, resp_len));
+    w.msg(CALL_REQUEST_DATA, req_len);
+    w.request_data(request, &None, &query, req_len);
+    w.msg(CALL_RESPONSE_DATA, resp_len);
+    w.response_data(response, &None, resp_len);
+    Bytes::from(w.buf)
+}
+
+/// One call on a piece of a streamed response, but its policies.
+pub struct Chunk<'a> {
+    /// The stream's request id.
+    pub request_id: &'a str,
+    /// From [`chunk_context`].
+    pub context: &'a Bytes,
+    /// The piece's sequence number.
+    pub sequence: u64,
+    /// `ChunkFraming` as sent.
+    pub framing: i32,
+    /// The events (or raw chunk): segments of the call, not copied.
+    pub events: &'a [Bytes],
+    /// Whether this is the last call of the stream.
+    pub end_of_stream: bool,
+    /// The group's policy states from their last reply.
+    pub states: &'a [Bytes],
+    /// Metadata so far.
+    pub meta: &'a Metadata,
+}
+
+/// A streamed-body call (`PolicyResponseChunk`), as prost would encode the
+/// generated message but for `deadline_ms`, which comes last.
+pub fn chunk_call<'a>(policies: impl Iterator<Item = &'a Bytes> + Clone, c: &Chunk<'_>) -> EncodedCall {
+    let meta = || c.meta.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+    let mut w = Writer::with_capacity(
+        str_len(CALL_REQUEST_ID, c.request_id)
+            + policies.clone().map(|p| msg_len(CALL_POLICIES, p.len())).sum::<usize>()
+            + c.context.len()
+            + 24
+            + c.events.len() * 6
+            + c.states.iter().map(|s| msg_len(CHUNK_STATE, s.len())).sum::<usize>()
+            + map_len(CHUNK_METADATA, meta()),
+    );
+    w.str(CALL_REQUEST_ID, c.request_id);
+    for p in policies {
+        w.msg(CALL_POLICIES, p.len());
+        w.raw(p);
+    }
+    w.raw(c.context);
+    if c.sequence != 0 {
+        prost::encoding::uint64::encode(CHUNK_SEQUENCE, &c.sequence, &mut w.buf);
+    }
+    if c.framing != 0 {
+        prost::encoding::int32::encode(CHUNK_FRAMING, &c.framing, &mut w.buf);
+    }
+    for e in c.events {
+        w.segment(CHUNK_EVENTS, e);
+    }
+    w.bool(CHUNK_END_OF_STREAM, c.end_of_stream);
+    for s in c.states {
+        w.msg(CHUNK_STATE, s.len());
+        w.raw(s);
+    }
+    w.map(CHUNK_METADATA, meta());
+    w.finish(CHUNK_DEADLINE)
 }
 
 // Message field numbers of the data messages.
@@ -223,9 +307,9 @@ fn body_len(body: &Option<Bytes>) -> usize {
     body.as_ref().map_or(0, |b| bytes_len(DATA_BODY, b.len())) + bool_len(DATA_BODY_INCLUDED, body.is_some())
 }
 
-fn request_data_len(r: &RequestCtx, query: &Query<'_>) -> usize {
+fn request_data_len(r: &RequestCtx, body: &Option<Bytes>, query: &Query<'_>) -> usize {
     msg_len(DATA_HEADERS, headers_len(&r.headers))
-        + body_len(&r.body)
+        + body_len(body)
         + str_len(REQUEST_METHOD, &r.method)
         + str_len(REQUEST_PATH, &r.path)
         + str_len(REQUEST_SCHEME, &r.scheme)
@@ -234,10 +318,10 @@ fn request_data_len(r: &RequestCtx, query: &Query<'_>) -> usize {
         + str_len(REQUEST_CLIENT_IP, &r.client_ip)
 }
 
-fn response_data_len(r: &ResponseCtx) -> usize {
+fn response_data_len(r: &ResponseCtx, body: &Option<Bytes>) -> usize {
     let status = i32::from(r.status);
     msg_len(DATA_HEADERS, headers_len(&r.headers))
-        + body_len(&r.body)
+        + body_len(body)
         + if status != 0 {
             prost::encoding::int32::encoded_len(RESPONSE_STATUS, &status)
         } else {
@@ -318,11 +402,18 @@ impl Writer {
     fn body(&mut self, body: &Option<Bytes>) {
         if let Some(b) = body {
             if !b.is_empty() {
-                self.msg(DATA_BODY, b.len());
-                self.cuts.push((self.buf.len(), b.clone()));
+                self.segment(DATA_BODY, b);
             }
         }
         self.bool(DATA_BODY_INCLUDED, body.is_some());
+    }
+
+    /// A bytes field whose content becomes a segment of its own (not copied).
+    fn segment(&mut self, tag: u32, b: &Bytes) {
+        self.msg(tag, b.len());
+        if !b.is_empty() {
+            self.cuts.push((self.buf.len(), b.clone()));
+        }
     }
 
     /// Bytes written so far, bodies included.
@@ -330,10 +421,10 @@ impl Writer {
         self.buf.len() + self.cuts.iter().map(|(_, b)| b.len()).sum::<usize>()
     }
 
-    fn request_data(&mut self, r: &RequestCtx, query: &Query<'_>, len: usize) {
+    fn request_data(&mut self, r: &RequestCtx, body: &Option<Bytes>, query: &Query<'_>, len: usize) {
         let start = self.written();
         self.headers(&r.headers);
-        self.body(&r.body);
+        self.body(body);
         self.str(REQUEST_METHOD, &r.method);
         self.str(REQUEST_PATH, &r.path);
         self.str(REQUEST_SCHEME, &r.scheme);
@@ -344,10 +435,10 @@ impl Writer {
         debug_assert_eq!(self.written() - start, len, "RequestData length");
     }
 
-    fn response_data(&mut self, r: &ResponseCtx, len: usize) {
+    fn response_data(&mut self, r: &ResponseCtx, body: &Option<Bytes>, len: usize) {
         let start = self.written();
         self.headers(&r.headers);
-        self.body(&r.body);
+        self.body(body);
         let status = i32::from(r.status);
         if status != 0 {
             prost::encoding::int32::encode(RESPONSE_STATUS, &status, &mut self.buf);
@@ -505,6 +596,65 @@ mod tests {
     }
 
     #[test]
+    fn chunk_calls_decode_as_the_generated_message() {
+        let events = [
+            Bytes::from_static(b"data: {\"a\":1}\n\n"),
+            Bytes::new(),
+            Bytes::from(vec![b'x'; 300]),
+        ];
+        let states = [Bytes::from_static(b"{}"), Bytes::new()];
+        for req in requests() {
+            for resp in responses() {
+                for (sequence, framing, events, states, eos, meta) in [
+                    (0, 0, &events[..], &states[..], false, Metadata::new()),
+                    (7, 1, &events[..1], &[][..], true, meta()),
+                    (300, 0, &[][..], &states[1..], true, meta()),
+                ] {
+                    let context = chunk_context(&req, &resp);
+                    let wire: Vec<Bytes> = policies().iter().map(encode_policy).collect();
+                    let mut call = chunk_call(
+                        wire.iter(),
+                        &Chunk {
+                            request_id: "rid-3",
+                            context: &context,
+                            sequence,
+                            framing,
+                            events,
+                            end_of_stream: eos,
+                            states,
+                            meta: &meta,
+                        },
+                    );
+                    call.deadline_ms = 40;
+                    let got = proto::PolicyResponseChunk::decode(encode(&call).as_slice()).unwrap();
+                    let no_body = |mut r: proto::RequestData| {
+                        r.body = Bytes::new();
+                        r.body_included = false;
+                        r
+                    };
+                    let mut want_resp = resp.to_proto();
+                    want_resp.body = Bytes::new();
+                    want_resp.body_included = false;
+                    let want = proto::PolicyResponseChunk {
+                        request_id: "rid-3".into(),
+                        policies: policies(),
+                        request_data: Some(no_body(req.to_proto())),
+                        response_data: Some(want_resp),
+                        sequence,
+                        framing,
+                        events: events.to_vec(),
+                        end_of_stream: eos,
+                        policy_state: states.to_vec(),
+                        deadline_ms: 40,
+                        policy_metadata: meta.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                    };
+                    assert_eq!(got, want, "{req:?} {resp:?} {sequence}");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn bodies_are_segments_not_copies() {
         let ctx = request();
         let call = request_call("r", std::iter::empty(), &ctx, &Metadata::new());
@@ -513,5 +663,20 @@ mod tests {
         assert_eq!(call.rest[0].0.as_ptr(), body.as_ptr(), "the body was copied");
         let call = response_call("r", std::iter::empty(), &ctx, &response(), &Metadata::new());
         assert_eq!(call.rest.len(), 2, "request and response bodies");
+        let events = [Bytes::from(vec![b'e'; 100])];
+        let context = chunk_context(&ctx, &response());
+        let chunk = Chunk {
+            request_id: "r",
+            context: &context,
+            sequence: 1,
+            framing: 0,
+            events: &events,
+            end_of_stream: false,
+            states: &[],
+            meta: &Metadata::new(),
+        };
+        let call = chunk_call(std::iter::empty(), &chunk);
+        assert_eq!(call.rest.len(), 1, "one event, no bodies");
+        assert_eq!(call.rest[0].0.as_ptr(), events[0].as_ptr(), "the event was copied");
     }
 }

@@ -9,7 +9,7 @@ use http::uri::PathAndQuery;
 use policy_net::codec::ContiguousCodec;
 
 use super::{AgentHandle, TransportError};
-use crate::proto::{PolicyRequestResponse, PolicyResponseChunk, PolicyResponseChunkReply, PolicyResponseResponse};
+use crate::proto::{PolicyRequestResponse, PolicyResponseChunkReply, PolicyResponseResponse};
 use crate::wire::EncodedCall;
 
 /// A call of either phase, encoded ([`crate::wire`]).
@@ -19,8 +19,9 @@ pub enum AgentCall {
     Request(EncodedCall),
     /// `ExecutePolicyResponse` with an encoded `PolicyResponsePhase`.
     Response(EncodedCall),
-    /// `ExecutePolicyResponseChunk`: a piece of a streamed response body.
-    Chunk(Box<PolicyResponseChunk>),
+    /// `ExecutePolicyResponseChunk` with an encoded `PolicyResponseChunk`:
+    /// a piece of a streamed response body.
+    Chunk(EncodedCall),
 }
 
 /// gRPC paths of the two policy methods (as in the generated client).
@@ -127,8 +128,7 @@ impl AgentCall {
     fn encoded_len(&self) -> usize {
         use prost::Message;
         match self {
-            AgentCall::Request(r) | AgentCall::Response(r) => r.encoded_len(),
-            AgentCall::Chunk(c) => c.encoded_len(),
+            AgentCall::Request(r) | AgentCall::Response(r) | AgentCall::Chunk(r) => r.encoded_len(),
         }
     }
 
@@ -146,8 +146,7 @@ impl AgentCall {
 
     fn set_deadline(&mut self, ms: i64) {
         match self {
-            AgentCall::Request(r) | AgentCall::Response(r) => r.deadline_ms = ms,
-            AgentCall::Chunk(c) => c.deadline_ms = ms,
+            AgentCall::Request(r) | AgentCall::Response(r) | AgentCall::Chunk(r) => r.deadline_ms = ms,
         }
     }
 }
@@ -270,7 +269,7 @@ impl AgentHandle {
             AgentCall::Response(r) => unary(&mut grpc, EXECUTE_RESPONSE, r, timeout, trace)
                 .await
                 .map(AgentReply::Response),
-            AgentCall::Chunk(c) => unary(&mut grpc, EXECUTE_CHUNK, *c, timeout, trace)
+            AgentCall::Chunk(c) => unary(&mut grpc, EXECUTE_CHUNK, c, timeout, trace)
                 .await
                 .map(AgentReply::Chunk),
         }

@@ -232,7 +232,7 @@ fn encode_frame(id: u64, call: &AgentCall, trace: Option<&opentelemetry::Context
     len += match call {
         AgentCall::Request(r) => encoding::message::encoded_len(2, r),
         AgentCall::Response(r) => encoding::message::encoded_len(3, r),
-        AgentCall::Chunk(c) => encoding::message::encoded_len(4, c.as_ref()),
+        AgentCall::Chunk(c) => encoding::message::encoded_len(4, c),
     };
     if !traceparent.is_empty() {
         len += encoding::string::encoded_len(6, &traceparent);
@@ -247,7 +247,7 @@ fn encode_frame(id: u64, call: &AgentCall, trace: Option<&opentelemetry::Context
     match call {
         AgentCall::Request(r) => encoding::message::encode(2, r, &mut buf),
         AgentCall::Response(r) => encoding::message::encode(3, r, &mut buf),
-        AgentCall::Chunk(c) => encoding::message::encode(4, c.as_ref(), &mut buf),
+        AgentCall::Chunk(c) => encoding::message::encode(4, c, &mut buf),
     }
     if !traceparent.is_empty() {
         encoding::string::encode(6, &traceparent, &mut buf);
@@ -366,11 +366,20 @@ mod tests {
 
     #[test]
     fn a_frame_decodes_as_the_call_frame_the_agent_reads() {
-        let call = AgentCall::Chunk(Box::new(crate::proto::PolicyResponseChunk {
-            request_id: "r-1".into(),
-            sequence: 3,
-            ..Default::default()
-        }));
+        let context = crate::wire::chunk_context(&Default::default(), &Default::default());
+        let call = AgentCall::Chunk(crate::wire::chunk_call(
+            std::iter::empty(),
+            &crate::wire::Chunk {
+                request_id: "r-1",
+                context: &context,
+                sequence: 3,
+                framing: 0,
+                events: &[],
+                end_of_stream: false,
+                states: &[],
+                meta: &Default::default(),
+            },
+        ));
         let mut bytes = encode_frame(42, &call, None);
         assert_eq!(bytes[0], 0);
         let len = u32::from_be_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]) as usize;

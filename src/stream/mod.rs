@@ -44,10 +44,11 @@ use crate::aggregate::{Immediate, Metadata, RequestCtx, ResponseCtx};
 use crate::config::OnFailure;
 use crate::envoy::translate::{self, Answer};
 use crate::plan::{Group, Plan};
-use crate::proto::{self, ChunkFraming};
+use crate::proto::ChunkFraming;
 use crate::registry::{AgentCall, CallError};
 use crate::snapshot::{Chain, Route, Snapshot};
 use crate::telemetry::tracing::RequestTrace;
+use crate::wire;
 use reply::{check, Checked};
 
 /// Splits a planned response chain for streaming: the groups of the policies
@@ -126,8 +127,8 @@ pub struct Streamer {
     ended: Option<String>,
     /// After `skip_remaining`: the rest passes unchanged.
     passthrough: bool,
-    request: proto::RequestData,
-    response: proto::ResponseData,
+    /// The request and response headers, encoded once for every call.
+    context: Bytes,
     counts: metrics::Counts,
 }
 
@@ -142,8 +143,7 @@ impl Streamer {
             states,
             ended: None,
             passthrough: false,
-            request: proto::RequestData::default(),
-            response: proto::ResponseData::default(),
+            context: Bytes::new(),
             counts: metrics::Counts::default(),
         }
     }
@@ -162,14 +162,7 @@ impl Streamer {
             .find(|(k, _)| k == "content-type")
             .is_some_and(|(_, v)| sse::is_event_stream(v));
         self.framer = sse.then(Framer::default);
-        let mut req = request.to_proto();
-        req.body = Bytes::new();
-        req.body_included = false;
-        self.request = req;
-        let mut resp = response.to_proto();
-        resp.body = Bytes::new();
-        resp.body_included = false;
-        self.response = resp;
+        self.context = wire::chunk_context(request, response);
         self.counts = metrics::Counts::new(route);
     }
 
@@ -308,27 +301,23 @@ impl Streamer {
             ) else {
                 continue;
             };
-            let call = proto::PolicyResponseChunk {
-                request_id: cx.request_id.to_string(),
-                policies: entries.iter().map(|p| p.proto.clone()).collect(),
-                request_data: Some(self.request.clone()),
-                response_data: Some(self.response.clone()),
-                sequence: self.seq,
-                framing: framing as i32,
-                events: events.clone(),
-                end_of_stream,
-                policy_state: self.states.get(n).cloned().unwrap_or_default(),
-                deadline_ms: 0,
-                policy_metadata: cx.meta.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-            };
+            let call = wire::chunk_call(
+                entries.iter().map(|p| &p.wire),
+                &wire::Chunk {
+                    request_id: cx.request_id,
+                    context: &self.context,
+                    sequence: self.seq,
+                    framing: framing as i32,
+                    events: &events,
+                    end_of_stream,
+                    states: self.states.get(n).map_or(&[], Vec::as_slice),
+                    meta: cx.meta,
+                },
+            );
             let started = Instant::now();
-            let result = Box::pin(agent.execute(
-                AgentCall::Chunk(Box::new(call)),
-                deadline.min(started + agent.timeout()),
-                None,
-            ))
-            .await
-            .and_then(|r| check(cx.request_id, framing, entries.len(), r));
+            let result = Box::pin(agent.execute(AgentCall::Chunk(call), deadline.min(started + agent.timeout()), None))
+                .await
+                .and_then(|r| check(cx.request_id, framing, entries.len(), r));
             let status = result.as_ref().map_or_else(CallError::status_index, |_| 0);
             if let Some(m) = cx.route.metrics.agents.get(group.agent) {
                 m.calls[status].inc();

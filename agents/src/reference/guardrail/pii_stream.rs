@@ -139,7 +139,8 @@ fn sse_event(st: &mut State, ev: &Bytes, p: &PiiParams, out: &mut Vec<Bytes>) ->
             let key = format!("o{idx}");
             let finished = choice.get("finish_reason").is_some_and(|f| !f.is_null());
             let content = choice
-                .pointer("/delta/content")
+                .get("delta")
+                .and_then(|d| d.get("content"))
                 .and_then(Value::as_str)
                 .map(str::to_string);
             if content.is_none() && !(finished && st.tails.contains_key(&key)) {
@@ -154,7 +155,9 @@ fn sse_event(st: &mut State, ev: &Bytes, p: &PiiParams, out: &mut Vec<Bytes>) ->
                 }
             }
         }
-        if changed || st.template.is_none() {
+        // The fields around `choices` (id, model, created) do not change
+        // within a stream: the first event's serve for the flushed tail.
+        if st.template.is_none() {
             let mut t = doc.clone();
             if let Some(o) = t.as_object_mut() {
                 o.remove("choices");
@@ -166,9 +169,12 @@ fn sse_event(st: &mut State, ev: &Bytes, p: &PiiParams, out: &mut Vec<Bytes>) ->
         let kind = doc.get("type").and_then(Value::as_str).unwrap_or_default();
         let idx = doc.get("index").and_then(Value::as_u64).unwrap_or(0);
         let key = format!("a{idx}");
-        if kind == "content_block_delta" && doc.pointer("/delta/type").and_then(Value::as_str) == Some("text_delta") {
-            let fragment = doc
-                .pointer("/delta/text")
+        let delta = doc.get("delta");
+        if kind == "content_block_delta"
+            && delta.and_then(|d| d.get("type")).and_then(Value::as_str) == Some("text_delta")
+        {
+            let fragment = delta
+                .and_then(|d| d.get("text"))
                 .and_then(Value::as_str)
                 .unwrap_or_default()
                 .to_string();
