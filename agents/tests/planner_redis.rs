@@ -106,7 +106,9 @@ async fn policies_on_two_agents_see_one_session() {
         ContextBudget::with_store(store(&redis).await),
     );
     let call = TestCall::new().params(&[("budget", "1000")]);
-    let req = TestRequest::new("POST", "/").header("x-session-id", "budget").body("{}");
+    let req = TestRequest::new("POST", "/")
+        .header("x-session-id", "budget")
+        .body("{}");
     let first = call.request(&a, &req).await.unwrap();
     let usage = TestResponse::new(200).body(r#"{"usage": {"total_tokens": 900}}"#);
     let charged = call
@@ -117,7 +119,11 @@ async fn policies_on_two_agents_see_one_session() {
         .unwrap();
     assert_eq!(charged.metadata_value("context.used"), Some("900"));
     let seen = call.request(&b, &req).await.unwrap();
-    assert_eq!(seen.metadata_value("context.verdict"), Some("summarize"), "the other agent sees 900");
+    assert_eq!(
+        seen.metadata_value("context.verdict"),
+        Some("summarize"),
+        "the other agent sees 900"
+    );
 }
 
 #[tokio::test]
@@ -140,15 +146,10 @@ async fn an_outage_fails_named_and_ends_when_redis_is_back() {
         assert_eq!(deny.reason, "session_store_unavailable");
     }
     redis.restart();
-    let mut back = false;
-    for _ in 0..50 {
-        if call.request(&policy, &req).await.is_ok() {
-            back = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(back, "the store reconnects once Redis is back");
+    // The first call after the outage is answered: the refused connection
+    // is re-established and the call tried once more.
+    let out = call.request(&policy, &req).await.expect("answered once Redis is back");
+    assert_eq!(out.metadata_value("context.verdict"), Some("ok"));
 }
 
 #[test]

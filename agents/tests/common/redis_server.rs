@@ -1,6 +1,6 @@
 //! A private `redis-server` (Debian's) on a Unix socket in a temp dir, for
 //! tests; killed by its pid when stopped or dropped. Shared by the agents'
-//! tests and the workspace's end-to-end tests (`tests/support/redis.rs`
+//! tests and the workspace's end-to-end tests (`tests/support/mod.rs`
 //! includes this file). Without `redis-server` on PATH it panics, asking
 //! for `apt-get install redis-server`.
 
@@ -64,7 +64,11 @@ impl Redis {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         while UnixStream::connect(&self.socket).is_err() {
-            assert!(Instant::now() < deadline, "redis-server did not listen on {}", self.socket.display());
+            assert!(
+                Instant::now() < deadline,
+                "redis-server did not listen on {}",
+                self.socket.display()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }

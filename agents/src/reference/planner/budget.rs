@@ -159,7 +159,9 @@ pub struct ContextBudget {
 
 impl std::fmt::Debug for ContextBudget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ContextBudget").field("store", &self.store).finish_non_exhaustive()
+        f.debug_struct("ContextBudget")
+            .field("store", &self.store)
+            .finish_non_exhaustive()
     }
 }
 

@@ -87,7 +87,12 @@ impl ContextBudgetStream {
         }
     }
 
-    async fn settle(&self, cfg: &BudgetConfig, ctx: &ChunkContext<'_>, usage: Option<u64>) -> Result<ChunkOutcome, PolicyError> {
+    async fn settle(
+        &self,
+        cfg: &BudgetConfig,
+        ctx: &ChunkContext<'_>,
+        usage: Option<u64>,
+    ) -> Result<ChunkOutcome, PolicyError> {
         let Some(session) = cfg.session(&ctx.request, ctx.metadata) else {
             return Ok(ChunkOutcome::pass());
         };

@@ -23,8 +23,8 @@ use serde_json::{json, Value};
 
 use super::history::{steps, Step};
 use super::plan_critic::config_error_named;
-pub use super::session_store::{MAX_SEEN, MAX_SESSIONS};
 use super::session_store::{SessionStore, SessionStoreError};
+pub use super::session_store::{MAX_SEEN, MAX_SESSIONS};
 use crate::reference::tool::cache::ParamCache;
 use crate::reference::tool::metadata_text;
 use crate::{Deny, ParamError, Params, Policy, PolicyError, RequestContext, RequestOutcome};
@@ -170,7 +170,9 @@ pub struct FutilityGuard {
 
 impl std::fmt::Debug for FutilityGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FutilityGuard").field("store", &self.store).finish_non_exhaustive()
+        f.debug_struct("FutilityGuard")
+            .field("store", &self.store)
+            .finish_non_exhaustive()
     }
 }
 
@@ -204,7 +206,12 @@ impl FutilityGuard {
         Ok(turns >= cfg.stagnation)
     }
 
-    async fn decide(&self, cfg: &FutilityConfig, ctx: &RequestContext<'_>, doc: &Value) -> Result<RequestOutcome, PolicyError> {
+    async fn decide(
+        &self,
+        cfg: &FutilityConfig,
+        ctx: &RequestContext<'_>,
+        doc: &Value,
+    ) -> Result<RequestOutcome, PolicyError> {
         let all = steps(doc);
         let session = cfg
             .session_metadata

@@ -14,12 +14,14 @@
 //! server. Calls time out after [`CALL_TIMEOUT`]; a lost connection is
 //! re-established on the next call (one attempt per call, never a wait
 //! through a retry schedule), so the per-request cost of a Redis outage is
-//! bounded.
+//! bounded. A call refused at connection (nothing reached the server) is
+//! tried once more on the fresh connection, so the first request after
+//! Redis comes back is answered.
 
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::Script;
+use redis::{FromRedisValue, RedisResult, Script, ScriptInvocation};
 use sha2::{Digest, Sha256};
 
 use super::session_store::{SessionStoreError, MAX_SEEN, MAX_TOKENS};
@@ -93,41 +95,45 @@ impl RedisSessions {
         })
     }
 
+    /// Runs `script`; once more when the connection was refused (the
+    /// command never reached the server, so running it again is safe).
+    async fn invoke<T: FromRedisValue>(&self, script: &ScriptInvocation<'_>) -> RedisResult<T> {
+        let mut conn = self.conn.clone();
+        match script.invoke_async(&mut conn).await {
+            Err(e) if e.is_connection_refusal() => script.invoke_async(&mut conn).await,
+            done => done,
+        }
+    }
+
     pub(super) async fn record_results(
         &self,
         session: &str,
         results: &[u64],
         ttl: Duration,
     ) -> Result<u32, SessionStoreError> {
-        let mut conn = self.conn.clone();
         let mut call = self.record.key(key("seen", session));
         call.key(key("stagnant", session)).arg(MAX_SEEN).arg(ttl_ms(ttl));
         for r in results {
             call.arg(format!("{r:016x}"));
         }
-        let n: i64 = call.invoke_async(&mut conn).await?;
+        let n: i64 = self.invoke(&call).await?;
         Ok(u32::try_from(n).unwrap_or(u32::MAX))
     }
 
     pub(super) async fn charge(&self, session: &str, delta: i64, ttl: Duration) -> Result<u64, SessionStoreError> {
-        let mut conn = self.conn.clone();
-        let total: i64 = self
-            .charge
-            .key(key("tokens", session))
-            .arg(delta)
-            .arg(ttl_ms(ttl))
-            .arg(MAX_TOKENS)
-            .invoke_async(&mut conn)
-            .await?;
+        let mut call = self.charge.key(key("tokens", session));
+        call.arg(delta).arg(ttl_ms(ttl)).arg(MAX_TOKENS);
+        let total: i64 = self.invoke(&call).await?;
         Ok(u64::try_from(total).unwrap_or(0))
     }
 
     pub(super) async fn used(&self, session: &str) -> Result<u64, SessionStoreError> {
         let mut conn = self.conn.clone();
-        let v: Option<u64> = redis::cmd("GET")
-            .arg(key("tokens", session))
-            .query_async(&mut conn)
-            .await?;
+        let get = redis::cmd("GET").arg(key("tokens", session)).clone();
+        let v: Option<u64> = match get.query_async(&mut conn).await {
+            Err(e) if e.is_connection_refusal() => get.query_async(&mut conn).await,
+            done => done,
+        }?;
         Ok(v.unwrap_or(0))
     }
 }

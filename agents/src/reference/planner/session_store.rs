@@ -211,7 +211,12 @@ impl SessionStore {
     /// Records the tool results (digests) of one request of `session`: the
     /// requests in a row, this one included, that brought no result the
     /// session had not seen.
-    pub async fn record_results(&self, session: &str, results: &[u64], ttl: Duration) -> Result<u32, SessionStoreError> {
+    pub async fn record_results(
+        &self,
+        session: &str,
+        results: &[u64],
+        ttl: Duration,
+    ) -> Result<u32, SessionStoreError> {
         let results = distinct_recent(results);
         match self {
             SessionStore::Memory(m) => Ok(m.record_results_at(session, &results, ttl, Instant::now())),

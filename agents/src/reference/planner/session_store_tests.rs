@@ -86,7 +86,11 @@ async fn clones_share_sessions() {
 fn a_store_failure_denies_with_a_named_503() {
     let e = SessionStoreError::from(redis::RedisError::from((redis::ErrorKind::Io, "connection refused")));
     let err = e.policy_error("futilityGuard");
-    assert!(err.message().starts_with("futilityGuard: session store (redis)"), "{}", err.message());
+    assert!(
+        err.message().starts_with("futilityGuard: session store (redis)"),
+        "{}",
+        err.message()
+    );
     let deny = err.denial().expect("a denial");
     assert_eq!(deny.status, 503);
     assert!(deny.headers.contains(&("retry-after".into(), "1".into())));
