@@ -130,7 +130,9 @@ fn every_configured_agent_is_shipped() {
             "deploy/Dockerfile does not ship {binary}"
         );
         assert!(
-            k8s.contains(&format!("[\"{binary}\", \"--socket=/srv/policy-engine/run/sockets/{socket}\"")),
+            k8s.contains(&format!(
+                "[\"{binary}\", \"--socket=/srv/policy-engine/run/sockets/{socket}\""
+            )),
             "deploy/k8s/policy-engine.yaml runs no {binary} on {socket}"
         );
     }

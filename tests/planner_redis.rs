@@ -11,11 +11,11 @@
 
 mod support;
 
-use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 use support::redis::Redis;
+use support::reference::{agents_section, logs, until_agents_healthy, RefAgent};
 use support::sse_upstream::{Script, SseUpstream};
 use support::*;
 
@@ -41,7 +41,7 @@ fn routes() -> String {
 struct Stack {
     _tmp: tempfile::TempDir,
     redis: Redis,
-    _agents: Vec<Proc>,
+    _agents: [RefAgent; 2],
     kernel: KernelProc,
     envoy: Envoy,
     _up: SseUpstream,
@@ -51,32 +51,13 @@ impl Stack {
     async fn start() -> Self {
         let redis = Redis::start();
         let tmp = workdir();
-        let dir = tmp.path().to_path_buf();
-        let mut agents = Vec::new();
-        let mut entries = String::from("  agents:\n");
-        for name in ["one", "two"] {
-            let sock = dir.join(format!("{name}.sock"));
-            let mut cmd = Command::new(agent_bin("planner-agent"));
-            cmd.arg(format!("--socket={}", sock.display()))
-                .args(["--redis-url", &redis.url]);
-            agents.push(Proc::spawn(name, &mut cmd, &dir.join(format!("{name}.log"))));
-            wait_socket(&sock, Duration::from_secs(20));
-            entries += &format!(
-                "    - name: {name}\n      socket_path: {}\n      health_check_interval_ms: 100\n",
-                sock.display()
-            );
-        }
-        let kernel = KernelProc::start(&dir, &format!("{entries}{}", routes()));
+        let agent = |name: &str| RefAgent::start(tmp.path(), name, "planner-agent", &["--redis-url", &redis.url]);
+        let agents = [agent("one"), agent("two")];
+        let config = format!("{}{}", agents_section(&[&agents[0], &agents[1]]), routes());
+        let kernel = KernelProc::start(tmp.path(), &config);
         let up = SseUpstream::start().await;
-        let envoy = Envoy::start(&dir, &kernel.socket, up.addr.port());
-        until("both planner agents healthy", Duration::from_secs(20), || async {
-            let (_, cfg) = kernel.admin_get("/config");
-            serde_json::from_str::<Value>(&cfg)
-                .ok()
-                .and_then(|c| c["agents"].as_array().map(|a| a.iter().all(|x| x["healthy"] == true)))
-                .unwrap_or(false)
-        })
-        .await;
+        let envoy = Envoy::start(tmp.path(), &kernel.socket, up.addr.port());
+        until_agents_healthy(&kernel, 2).await;
         up.script(
             "answer",
             Script {
@@ -119,11 +100,7 @@ impl Stack {
     }
 
     fn diag(&self) -> String {
-        format!(
-            "--- kernel ---\n{}\n--- envoy ---\n{}",
-            self.kernel.log(),
-            self.envoy.log()
-        )
+        logs(&self.kernel, &self.envoy)
     }
 }
 

@@ -21,6 +21,7 @@ pub mod management;
 /// The agents' redis-server helper, shared (one file for both packages).
 #[path = "../../agents/tests/common/redis_server.rs"]
 pub mod redis;
+pub mod reference;
 pub mod sse_upstream;
 #[allow(unused_imports)]
 pub use envoy::Envoy;
