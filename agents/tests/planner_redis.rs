@@ -36,6 +36,10 @@ async fn script(a: &SessionStore, b: &SessionStore) -> Vec<u64> {
     out.push(a.used("s", TTL).await.unwrap());
     out.push(b.charge("s", -1000, TTL).await.unwrap());
     out.push(b.used("other", TTL).await.unwrap());
+    for (store, cost) in [(a, 700), (b, 301), (a, 300), (b, 1)] {
+        let c = store.try_charge("t", cost, 1000, TTL).await.unwrap();
+        out.extend([u64::from(c.charged), c.used]);
+    }
     out
 }
 
@@ -44,7 +48,10 @@ async fn two_stores_share_sessions_and_match_the_memory_backend() {
     let redis = Redis::start();
     let (a, b) = (store(&redis).await, store(&redis).await);
     let shared = script(&a, &b).await;
-    assert_eq!(shared, [0, 1, 2, 0, 1, 300, 250, 250, 0, 0]);
+    assert_eq!(
+        shared,
+        [0, 1, 2, 0, 1, 300, 250, 250, 0, 0, 1, 700, 0, 700, 1, 1000, 0, 1000]
+    );
     let memory = SessionStore::memory();
     assert_eq!(script(&memory, &memory.clone()).await, shared, "same answers in memory");
 }

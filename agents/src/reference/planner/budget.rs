@@ -222,35 +222,29 @@ impl ContextBudget {
             return Ok(RequestOutcome::proceed().set_metadata("context.verdict", "no_session"));
         };
         let estimate = ctx.request.body().map_or(0, estimate_tokens);
-        let used = self
+        let charge = self
             .store
-            .used(session, cfg.ttl)
+            .try_charge(session, estimate, cfg.budget, cfg.ttl)
             .await
             .map_err(|e| e.policy_error(policy))?;
-        let projected = used.saturating_add(estimate);
-        if projected > cfg.budget {
+        if !charge.charged {
             let body = json!({
                 "error": format!("the session's context budget of {} tokens is spent", cfg.budget),
                 "reason": "context_budget_exceeded",
-                "used": used,
+                "used": charge.used,
                 "estimate": estimate,
                 "budget": cfg.budget,
             });
             return Ok(
                 RequestOutcome::denied_with(Deny::json(429, &body).reason("context_budget_exceeded"))
                     .set_metadata("context.verdict", "exceeded")
-                    .set_metadata("context.used", used.to_string())
+                    .set_metadata("context.used", charge.used.to_string())
                     .set_metadata("context.budget", cfg.budget.to_string()),
             );
         }
-        let total = self
-            .store
-            .charge(session, delta(estimate, 0), cfg.ttl)
-            .await
-            .map_err(|e| e.policy_error(policy))?;
         Ok(RequestOutcome::proceed()
-            .set_metadata("context.verdict", cfg.verdict(total))
-            .set_metadata("context.used", total.to_string())
+            .set_metadata("context.verdict", cfg.verdict(charge.used))
+            .set_metadata("context.used", charge.used.to_string())
             .set_metadata("context.estimate", estimate.to_string())
             .set_metadata("context.budget", cfg.budget.to_string()))
     }

@@ -24,7 +24,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{FromRedisValue, RedisResult, Script, ScriptInvocation};
 use sha2::{Digest, Sha256};
 
-use super::session_store::{SessionStoreError, MAX_SEEN, MAX_TOKENS};
+use super::session_store::{Charge, SessionStoreError, MAX_SEEN, MAX_TOKENS};
 
 /// Connecting to Redis, and each call, give up after this.
 pub const CALL_TIMEOUT: Duration = Duration::from_millis(200);
@@ -63,11 +63,22 @@ redis.call('SET', KEYS[1], string.format('%.0f', v), 'PX', ARGV[2])
 return v
 ";
 
+/// KEYS: tokens. ARGV: cost, limit, TTL (ms). Adds the cost when the total
+/// stays within the limit. Returns {charged (1 or 0), total}.
+const TRY_CHARGE_LUA: &str = r"
+local used = tonumber(redis.call('GET', KEYS[1])) or 0
+local total = used + tonumber(ARGV[1])
+if total > tonumber(ARGV[2]) then return {0, used} end
+redis.call('SET', KEYS[1], string.format('%.0f', total), 'PX', ARGV[3])
+return {1, total}
+";
+
 /// The Redis backend.
 pub struct RedisSessions {
     conn: ConnectionManager,
     record: Script,
     charge: Script,
+    try_charge: Script,
 }
 
 fn key(kind: &str, session: &str) -> String {
@@ -92,6 +103,7 @@ impl RedisSessions {
             conn,
             record: Script::new(RECORD_LUA),
             charge: Script::new(CHARGE_LUA),
+            try_charge: Script::new(TRY_CHARGE_LUA),
         })
     }
 
@@ -125,6 +137,22 @@ impl RedisSessions {
         call.arg(delta).arg(ttl_ms(ttl)).arg(MAX_TOKENS);
         let total: i64 = self.invoke(&call).await?;
         Ok(u64::try_from(total).unwrap_or(0))
+    }
+
+    pub(super) async fn try_charge(
+        &self,
+        session: &str,
+        cost: u64,
+        limit: u64,
+        ttl: Duration,
+    ) -> Result<Charge, SessionStoreError> {
+        let mut call = self.try_charge.key(key("tokens", session));
+        call.arg(cost).arg(limit).arg(ttl_ms(ttl));
+        let (charged, used): (i64, i64) = self.invoke(&call).await?;
+        Ok(Charge {
+            charged: charged == 1,
+            used: u64::try_from(used).unwrap_or(0),
+        })
     }
 
     pub(super) async fn used(&self, session: &str) -> Result<u64, SessionStoreError> {

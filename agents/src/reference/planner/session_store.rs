@@ -144,9 +144,36 @@ impl MemorySessions {
         })
     }
 
+    pub(super) fn try_charge_at(&self, session: &str, cost: u64, limit: u64, ttl: Duration, now: Instant) -> Charge {
+        let (cost, limit) = (cost.min(MAX_TOKENS), limit.min(MAX_TOKENS));
+        let mut map = self.tokens.map.lock().unwrap_or_else(|e| e.into_inner());
+        let used = map
+            .get(session)
+            .filter(|(_, t)| now.saturating_duration_since(*t) <= ttl)
+            .map_or(0, |(u, _)| *u);
+        let total = used.saturating_add(cost);
+        if total > limit {
+            return Charge { charged: false, used };
+        }
+        map.put(session.to_string(), (total, now));
+        Charge {
+            charged: true,
+            used: total,
+        }
+    }
+
     pub(super) fn used_at(&self, session: &str, ttl: Duration, now: Instant) -> u64 {
         self.tokens.read(session, ttl, now, |u| *u).unwrap_or(0)
     }
+}
+
+/// The answer of [`SessionStore::try_charge`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Charge {
+    /// True when the cost fitted and was added.
+    pub charged: bool,
+    /// The session's total: after the charge, or as it stays when refused.
+    pub used: u64,
 }
 
 /// `used + delta`, within `0..=MAX_TOKENS`.
@@ -229,6 +256,25 @@ impl SessionStore {
         match self {
             SessionStore::Memory(m) => Ok(m.charge_at(session, delta, ttl, Instant::now())),
             SessionStore::Redis(r) => r.charge(session, delta, ttl).await,
+        }
+    }
+
+    /// Adds `cost` tokens to `session` if its total stays within `limit`
+    /// (one atomic step; a refusal changes nothing, not even the session's
+    /// idle time). Values are capped at [`MAX_TOKENS`].
+    pub async fn try_charge(
+        &self,
+        session: &str,
+        cost: u64,
+        limit: u64,
+        ttl: Duration,
+    ) -> Result<Charge, SessionStoreError> {
+        match self {
+            SessionStore::Memory(m) => Ok(m.try_charge_at(session, cost, limit, ttl, Instant::now())),
+            SessionStore::Redis(r) => {
+                r.try_charge(session, cost.min(MAX_TOKENS), limit.min(MAX_TOKENS), ttl)
+                    .await
+            }
         }
     }
 

@@ -97,3 +97,24 @@ fn a_store_failure_denies_with_a_named_503() {
     let body: serde_json::Value = serde_json::from_slice(&deny.body).unwrap();
     assert_eq!(body["reason"], "session_store_unavailable");
 }
+
+#[test]
+fn a_charge_within_the_limit_is_added_and_a_refusal_changes_nothing() {
+    let m = small(2);
+    let t0 = Instant::now();
+    let ok = |used| Charge { charged: true, used };
+    let refused = |used| Charge { charged: false, used };
+    assert_eq!(m.try_charge_at("s", 600, 1000, TTL, t0), ok(600));
+    assert_eq!(m.try_charge_at("s", 401, 1000, TTL, t0), refused(600));
+    assert_eq!(m.try_charge_at("s", 400, 1000, TTL, t0), ok(1000), "up to the limit");
+    assert_eq!(m.try_charge_at("new", 1001, 1000, TTL, t0), refused(0));
+    // A refusal does not keep the session alive: it expires TTL after the
+    // last charge.
+    let later = t0 + TTL - Duration::from_secs(1);
+    assert_eq!(m.try_charge_at("s", 1, 1000, TTL, later), refused(1000));
+    assert_eq!(
+        m.try_charge_at("s", 1, 1000, TTL, t0 + TTL + Duration::from_secs(1)),
+        ok(1)
+    );
+    assert_eq!(m.try_charge_at("big", u64::MAX, u64::MAX, TTL, t0), ok(MAX_TOKENS));
+}
