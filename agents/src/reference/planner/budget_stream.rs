@@ -1,6 +1,7 @@
 //! `contextBudgetStream`: `contextBudget` on routes that stream.
 //!
-//! The request phase is `contextBudget`'s (the same sessions). The streamed
+//! The request phase is `contextBudget`'s (the same code; given the same
+//! [`SessionStore`], as in `planner-agent`, the same sessions). The streamed
 //! response passes unchanged while its usage is read: the OpenAI usage
 //! chunk (`usage.total_tokens`, or `prompt_tokens + completion_tokens`;
 //! the client asks for it with `stream_options.include_usage`, or

@@ -12,10 +12,12 @@
 //!
 //! Outcome, by `action`: `flag` (request header `flag_header` to the
 //! upstream, metadata) or `deny` (`deny_status` with a JSON error, reason
-//! `futility_detected`). Session state is bounded: at most [`MAX_SESSIONS`]
-//! sessions, least recently used first out, each forgotten after
-//! `session_ttl_s` without a request, each remembering at most
-//! [`MAX_SEEN`] results.
+//! `futility_detected`). Session state lives in a [`SessionStore`] (in
+//! memory, or in Redis shared by several agents), bounded: each session is
+//! forgotten after `session_ttl_s` without a request and remembers at most
+//! [`MAX_SEEN`] results; in memory at most [`MAX_SESSIONS`] sessions, least
+//! recently used first out. A store failure fails the call
+//! ([`SessionStoreError::policy_error`]).
 
 use std::time::Duration;
 
