@@ -9,7 +9,10 @@ answer instead, as server-sent events 0.4 s apart (OpenAI's
 `chat.completion.chunk` shape, then a usage chunk when
 `stream_options.include_usage` is set, then `data: [DONE]`); the answer
 carries an e-mail address and a phone number split across events, for the
-streaming redaction to catch. Standard library only.
+streaming redaction to catch. A request that declares `tools` (the agent
+runtime's route, /agent/v1/chat/completions) gets a planned tool call
+instead: the first declared tool, called with `{"path": <the last user
+message>}`, for planCritic to check. Standard library only.
 
 Usage: demo_upstream.py [--host 127.0.0.1] [--port 8080]
 """
@@ -31,7 +34,7 @@ class Echo(BaseHTTPRequestHandler):
             "headers": {k.lower(): v for k, v in self.headers.items()},
             "body": body,
         }
-        if self.path.startswith("/v1/chat/completions"):
+        if self.path.split("?")[0].endswith("/v1/chat/completions"):
             try:
                 request = json.loads(body)
             except ValueError:
@@ -43,10 +46,16 @@ class Echo(BaseHTTPRequestHandler):
                 return self._stream(request, max(1, len(body) // 4))
             last = messages[-1].get("content", "") if messages else ""
             prompt_tokens = max(1, len(body) // 4)
+            message = {"role": "assistant", "content": "You said: " + str(last)}
+            finish = "stop"
+            planned = self._planned_call(request, messages)
+            if planned:
+                message = {"role": "assistant", "content": None, "tool_calls": [planned]}
+                finish = "tool_calls"
             answer = {
                 "id": "chatcmpl-demo",
                 "object": "chat.completion",
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": "You said: " + str(last)}}],
+                "choices": [{"index": 0, "finish_reason": finish, "message": message}],
                 "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 8, "total_tokens": prompt_tokens + 8},
                 "echo": echo,
             }
@@ -58,6 +67,19 @@ class Echo(BaseHTTPRequestHandler):
         self.send_header("content-length", str(len(out)))
         self.end_headers()
         self.wfile.write(out)
+
+    @staticmethod
+    def _planned_call(request, messages):
+        """The tool call a model would plan: the first declared tool, on the
+        path the last user message names; None without declared tools."""
+        tools = request.get("tools")
+        if not isinstance(tools, list) or not tools or not isinstance(tools[0], dict):
+            return None
+        name = (tools[0].get("function") or {}).get("name") or tools[0].get("name")
+        users = [m for m in messages if isinstance(m, dict) and m.get("role") == "user"]
+        path = users[-1].get("content", "") if users else ""
+        return {"id": "call_demo", "type": "function",
+                "function": {"name": str(name), "arguments": json.dumps({"path": str(path)})}}
 
     # The streamed answer, cut so that values straddle events.
     STREAMED = ["Sure! Write to help.desk@exa", "mple.com or call +1 555-867-", "5309. Anything else?"]

@@ -95,3 +95,45 @@ fn deploy_envoy_kernel_cluster_is_sized_for_load() {
         .unwrap_or(1024);
     assert!(max_requests >= 10_000, "circuit_breakers max_requests {max_requests}");
 }
+
+/// Every agent the shipped kernel config names is started by supervisord
+/// (`make run`, the container), built into the image, and run as a sidecar
+/// in the Kubernetes manifest, on the socket the config gives.
+#[test]
+fn every_configured_agent_is_shipped() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let read = |p: &str| std::fs::read_to_string(root.join(p)).unwrap();
+    let (supervisord, dockerfile, k8s) = (
+        read("supervisord.conf"),
+        read("deploy/Dockerfile"),
+        read("deploy/k8s/policy-engine.yaml"),
+    );
+    let cfg = policy_kernel::config::load(&root.join("config/kernel-config.yaml")).unwrap();
+    assert!(!cfg.agents.is_empty());
+    for agent in &cfg.agents {
+        let socket = agent
+            .socket_path
+            .file_name()
+            .and_then(|s| s.to_str())
+            .expect("socket file name");
+        let command = supervisord
+            .lines()
+            .find(|l| l.starts_with("command=") && l.contains(&format!("/sockets/{socket}")))
+            .unwrap_or_else(|| panic!("supervisord.conf starts no agent on {socket} ({})", agent.name));
+        let binary = command
+            .split_whitespace()
+            .next()
+            .and_then(|c| c.rsplit('/').next())
+            .unwrap();
+        assert!(
+            dockerfile.contains(&format!("target/release/{binary} ")),
+            "deploy/Dockerfile does not ship {binary}"
+        );
+        assert!(
+            k8s.contains(&format!(
+                "[\"{binary}\", \"--socket=/srv/policy-engine/run/sockets/{socket}\""
+            )),
+            "deploy/k8s/policy-engine.yaml runs no {binary} on {socket}"
+        );
+    }
+}

@@ -12,10 +12,10 @@
 
 mod support;
 
-use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use support::reference::{agents_section, logs, until_agents_healthy, RefAgent};
 use support::sse_upstream::{Script, SseUpstream};
 use support::*;
 
@@ -44,7 +44,7 @@ fn routes() -> String {
 
 struct Stack {
     _tmp: tempfile::TempDir,
-    _planner: Proc,
+    _planner: RefAgent,
     kernel: KernelProc,
     envoy: Envoy,
     up: SseUpstream,
@@ -53,27 +53,11 @@ struct Stack {
 impl Stack {
     async fn start() -> Self {
         let tmp = workdir();
-        let dir = tmp.path().to_path_buf();
-        let sock = dir.join("planner.sock");
-        let mut cmd = Command::new(agent_bin("planner-agent"));
-        cmd.arg(format!("--socket={}", sock.display()));
-        let planner = Proc::spawn("planner-agent", &mut cmd, &dir.join("planner.log"));
-        wait_socket(&sock, Duration::from_secs(20));
-        let agents = format!(
-            "  agents:\n    - name: planner\n      socket_path: {}\n      health_check_interval_ms: 100\n",
-            sock.display()
-        );
-        let kernel = KernelProc::start(&dir, &format!("{agents}{}", routes()));
+        let planner = RefAgent::start(tmp.path(), "planner", "planner-agent", &[]);
+        let kernel = KernelProc::start(tmp.path(), &format!("{}{}", agents_section(&[&planner]), routes()));
         let up = SseUpstream::start().await;
-        let envoy = Envoy::start(&dir, &kernel.socket, up.addr.port());
-        until("planner-agent healthy", Duration::from_secs(20), || async {
-            let (_, cfg) = kernel.admin_get("/config");
-            serde_json::from_str::<Value>(&cfg)
-                .ok()
-                .and_then(|c| c["agents"].as_array().map(|a| a.iter().all(|x| x["healthy"] == true)))
-                .unwrap_or(false)
-        })
-        .await;
+        let envoy = Envoy::start(tmp.path(), &kernel.socket, up.addr.port());
+        until_agents_healthy(&kernel, 1).await;
         Stack {
             _tmp: tmp,
             _planner: planner,
@@ -127,11 +111,7 @@ impl Stack {
     }
 
     fn diag(&self) -> String {
-        format!(
-            "--- kernel ---\n{}\n--- envoy ---\n{}",
-            self.kernel.log(),
-            self.envoy.log()
-        )
+        logs(&self.kernel, &self.envoy)
     }
 }
 

@@ -5,9 +5,9 @@
 mod support;
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
+use support::reference::{until_agents_healthy, RefAgent};
 use support::sse_upstream::{Script, SseUpstream};
 use support::*;
 
@@ -41,7 +41,7 @@ struct Stack {
     _tmp: tempfile::TempDir,
     streamer: TestAgent,
     dying: TestAgent,
-    _guardrail: Proc,
+    _guardrail: RefAgent,
     kernel: KernelProc,
     envoy: Envoy,
     up: SseUpstream,
@@ -53,22 +53,20 @@ impl Stack {
         let dir = tmp.path().to_path_buf();
         let streamer = TestAgent::start(&dir, "streamer", STREAMER);
         let dying = TestAgent::start(&dir, "dying", DYING);
-        let gsock = dir.join("guardrail.sock");
-        let mut cmd = Command::new(agent_bin("guardrail-agent"));
-        cmd.arg(format!("--socket={}", gsock.display()))
-            .arg(format!("--audit-path={}", dir.join("audit.jsonl").display()));
-        let guardrail = Proc::spawn("guardrail-agent", &mut cmd, &dir.join("guardrail.log"));
-        wait_socket(&gsock, Duration::from_secs(20));
+        let audit = format!("--audit-path={}", dir.join("audit.jsonl").display());
+        let guardrail = RefAgent::start(&dir, "guardrail", "guardrail-agent", &[&audit]);
         let agents = format!(
-            "  agents:\n{}{}    - name: guardrail\n      socket_path: {}\n      health_check_interval_ms: 100\n",
+            "  agents:\n{}{}{}",
             agent_entry("streamer", &streamer, ""),
             agent_entry("dying", &dying, "      fail_open: false\n"),
-            gsock.display()
+            guardrail.entry()
         );
         let kernel = KernelProc::start(&dir, &format!("{agents}{ROUTES}"));
         let up = SseUpstream::start().await;
         let envoy = Envoy::start(&dir, &kernel.socket, up.addr.port());
-        let s = Self {
+        // Every agent discovered and healthy before the first request.
+        until_agents_healthy(&kernel, 3).await;
+        Self {
             _tmp: tmp,
             streamer,
             dying,
@@ -76,21 +74,7 @@ impl Stack {
             kernel,
             envoy,
             up,
-        };
-        // Every agent discovered and healthy before the first request.
-        until("agents healthy", Duration::from_secs(20), || async {
-            let (_, cfg) = s.kernel.admin_get("/config");
-            serde_json::from_str::<serde_json::Value>(&cfg)
-                .ok()
-                .and_then(|c| {
-                    c["agents"]
-                        .as_array()
-                        .map(|a| a.len() == 3 && a.iter().all(|x| x["healthy"] == true))
-                })
-                .unwrap_or(false)
-        })
-        .await;
-        s
+        }
     }
 
     async fn open(&self, path: &str, script: &str) -> reqwest::Response {

@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use support::reference::{agents_section, logs, until_agents_healthy, RefAgent};
 use support::sse_upstream::{Script, SseUpstream};
 use support::*;
 
@@ -19,8 +20,8 @@ const LIMIT: &str = "{tokens_per_minute: 1000, key: \"header:x-user\"}";
 
 struct Stack {
     _tmp: tempfile::TempDir,
-    _ratelimit: Proc,
-    _guardrail: Proc,
+    _ratelimit: RefAgent,
+    _guardrail: RefAgent,
     audit: PathBuf,
     kernel: KernelProc,
     envoy: Envoy,
@@ -31,41 +32,30 @@ impl Stack {
     async fn start() -> Self {
         let tmp = workdir();
         let dir = tmp.path().to_path_buf();
-        let rsock = dir.join("ratelimit.sock");
-        let mut cmd = Command::new(agent_bin("ratelimit-agent"));
-        cmd.arg(format!("--socket={}", rsock.display()));
-        let ratelimit = Proc::spawn("ratelimit-agent", &mut cmd, &dir.join("ratelimit.log"));
-        let gsock = dir.join("guardrail.sock");
         let audit = dir.join("audit.jsonl");
-        let mut cmd = Command::new(agent_bin("guardrail-agent"));
-        cmd.arg(format!("--socket={}", gsock.display()))
-            .arg(format!("--audit-path={}", audit.display()))
-            .arg("--audit-fsync-ms=5");
-        let guardrail = Proc::spawn("guardrail-agent", &mut cmd, &dir.join("guardrail.log"));
-        wait_socket(&rsock, Duration::from_secs(20));
-        wait_socket(&gsock, Duration::from_secs(20));
+        let ratelimit = RefAgent::start(&dir, "ratelimit", "ratelimit-agent", &[]);
+        let audit_path = format!("--audit-path={}", audit.display());
+        let guardrail = RefAgent::start(
+            &dir,
+            "guardrail",
+            "guardrail-agent",
+            &[&audit_path, "--audit-fsync-ms=5"],
+        );
         let config = format!(
-            "  agents:
-    - name: ratelimit
-      socket_path: {}
-      health_check_interval_ms: 100
-    - name: guardrail
-      socket_path: {}
-      health_check_interval_ms: 100
-  route_policies:
+            "{}  route_policies:
     - route_name: body
       request_policy_chain: [{{policy: tokenBasedRateLimit, params: {LIMIT}}}]
       response_policy_chain:
         - {{policy: tokenBasedRateLimit, params: {LIMIT}}}
         - {{policy: auditLog}}
 ",
-            rsock.display(),
-            gsock.display()
+            agents_section(&[&ratelimit, &guardrail])
         );
         let kernel = KernelProc::start(&dir, &config);
         let up = SseUpstream::start().await;
         let envoy = Envoy::start(&dir, &kernel.socket, up.addr.port());
-        let s = Self {
+        until_agents_healthy(&kernel, 2).await;
+        Self {
             _tmp: tmp,
             _ratelimit: ratelimit,
             _guardrail: guardrail,
@@ -73,20 +63,7 @@ impl Stack {
             kernel,
             envoy,
             up,
-        };
-        until("agents healthy", Duration::from_secs(20), || async {
-            let (_, cfg) = s.kernel.admin_get("/config");
-            serde_json::from_str::<serde_json::Value>(&cfg)
-                .ok()
-                .and_then(|c| {
-                    c["agents"]
-                        .as_array()
-                        .map(|a| a.len() == 2 && a.iter().all(|x| x["healthy"] == true))
-                })
-                .unwrap_or(false)
-        })
-        .await;
-        s
+        }
     }
 
     async fn chat(&self, user: &str, script: &str, body: &serde_json::Value) -> reqwest::Response {
@@ -106,11 +83,7 @@ impl Stack {
     }
 
     fn diag(&self) -> String {
-        format!(
-            "--- kernel ---\n{}\n--- envoy ---\n{}",
-            self.kernel.log(),
-            self.envoy.log()
-        )
+        logs(&self.kernel, &self.envoy)
     }
 }
 

@@ -1,69 +1,19 @@
-//! The Redis backend against a real `redis-server` (Debian's), started on a
-//! Unix socket in a temp dir. Without `redis-server` on PATH these tests
-//! fail: install it with `apt-get install redis-server`.
+//! The rate limits' Redis backend against a real `redis-server` (Debian's),
+//! started on a Unix socket in a temp dir (`common::redis_server`). Without
+//! `redis-server` on PATH these tests fail: install it with
+//! `apt-get install redis-server`.
 
 mod common;
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use common::redis_server::Redis;
 use common::*;
 use policy_agents::reference::ratelimit::{Backend, RateLimit, TokenBasedRateLimit};
 use policy_agents::testing::{TestCall, TestRequest, TestResponse};
 
-/// A private redis-server, killed (by pid) when dropped.
-struct Redis {
-    child: Child,
-    url: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Redis {
-    async fn start() -> Redis {
-        let found = Command::new("redis-server").arg("--version").output();
-        if found.is_err() {
-            panic!("redis-server is not on PATH; install it with `apt-get install redis-server`");
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let socket: PathBuf = dir.path().join("redis.sock");
-        let child = Command::new("redis-server")
-            .args([
-                "--port",
-                "0",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--unixsocketperm",
-                "700",
-            ])
-            .arg("--unixsocket")
-            .arg(&socket)
-            .arg("--dir")
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start redis-server");
-        wait_for_socket(&socket).await;
-        Redis {
-            child,
-            url: format!("redis+unix://{}", socket.display()),
-            _dir: dir,
-        }
-    }
-
-    async fn backend(&self) -> Backend {
-        Backend::redis(&self.url).await.expect("connect to redis")
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+async fn backend(redis: &Redis) -> Backend {
+    Backend::redis(&redis.url).await.expect("connect to redis")
 }
 
 fn client(ip: &str) -> TestRequest {
@@ -72,10 +22,10 @@ fn client(ip: &str) -> TestRequest {
 
 #[tokio::test]
 async fn two_replicas_share_one_gcra_limit() {
-    let redis = Redis::start().await;
+    let redis = Redis::start();
     let (a, b) = (
-        RateLimit::new(redis.backend().await),
-        RateLimit::new(redis.backend().await),
+        RateLimit::new(backend(&redis).await),
+        RateLimit::new(backend(&redis).await),
     );
     let call = TestCall::new().params(&[("requests_per_second", "1"), ("burst", "3")]);
     let req = client("10.0.0.1");
@@ -95,8 +45,8 @@ async fn two_replicas_share_one_gcra_limit() {
 
 #[tokio::test]
 async fn gcra_refills_with_server_time() {
-    let redis = Redis::start().await;
-    let policy = RateLimit::new(redis.backend().await);
+    let redis = Redis::start();
+    let policy = RateLimit::new(backend(&redis).await);
     let call = TestCall::new().params(&[("requests_per_second", "20"), ("burst", "1")]);
     let req = client("10.0.0.3");
     assert!(call.request(&policy, &req).await.unwrap().denial().is_none());
@@ -107,10 +57,10 @@ async fn gcra_refills_with_server_time() {
 
 #[tokio::test]
 async fn token_budget_is_shared_and_corrected() {
-    let redis = Redis::start().await;
+    let redis = Redis::start();
     let (a, b) = (
-        TokenBasedRateLimit::new(redis.backend().await),
-        TokenBasedRateLimit::new(redis.backend().await),
+        TokenBasedRateLimit::new(backend(&redis).await),
+        TokenBasedRateLimit::new(backend(&redis).await),
     );
     let call = TestCall::new().params(&[("tokens_per_minute", "1000")]);
     let body = serde_json::json!({"messages": [{"role": "user", "content": "x".repeat(2000)}]}).to_string();
@@ -131,7 +81,7 @@ async fn token_budget_is_shared_and_corrected() {
 
 #[tokio::test]
 async fn ratelimit_agents_share_limits_through_redis() {
-    let redis = Redis::start().await;
+    let redis = Redis::start();
     let bin = env!("CARGO_BIN_EXE_ratelimit-agent");
     let one = Spawned::start(bin, &["--redis-url", &redis.url]).await;
     let two = Spawned::start(bin, &["--redis-url", &redis.url]).await;

@@ -18,6 +18,10 @@ pub mod extproc;
 pub mod h2raw;
 pub mod load;
 pub mod management;
+/// The agents' redis-server helper, shared (one file for both packages).
+#[path = "../../agents/tests/common/redis_server.rs"]
+pub mod redis;
+pub mod reference;
 pub mod sse_upstream;
 #[allow(unused_imports)]
 pub use envoy::Envoy;

@@ -14,6 +14,8 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tonic::transport::Channel;
 
+pub mod redis_server;
+
 /// A policy whose behaviour comes from its params:
 /// `action` = ok | fail | fail_deny | deny | skip | bad_header,
 /// `header` = value of `x-<name>`, `read` = metadata key echoed in `x-read-<name>`,

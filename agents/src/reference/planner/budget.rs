@@ -11,17 +11,18 @@
 //! `ok`, then `delegate`, `checkpoint`, `summarize` as the total passes
 //! `delegate_at`, `checkpoint_at`, `summarize_at` (fractions of `budget`).
 //!
-//! Sessions are kept like `futilityGuard`'s: at most [`MAX_SESSIONS`], least
-//! recently used first out, forgotten after `session_ttl_s` idle.
+//! Session totals live in a [`SessionStore`], like `futilityGuard`'s
+//! sessions (in memory, or in Redis shared by several agents), each
+//! forgotten after `session_ttl_s` idle; in memory at most [`MAX_SESSIONS`],
+//! least recently used first out.
 
-use std::num::NonZeroUsize;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use lru::LruCache;
 use serde_json::{json, Value};
 
 use super::plan_critic::config_error_named;
+pub use super::session_store::MAX_SESSIONS;
+use super::session_store::{delta, SessionStore};
 use crate::reference::ratelimit::estimate_tokens;
 use crate::reference::ratelimit::stream_usage::usage_tokens;
 use crate::reference::tool::cache::ParamCache;
@@ -41,9 +42,6 @@ pub(super) const KEYS: &[&str] = &[
     "session_ttl_s",
     "verdict_header",
 ];
-
-/// Sessions tracked at most.
-pub const MAX_SESSIONS: usize = 10_000;
 
 /// Parsed params of `contextBudget`.
 #[derive(Debug)]
@@ -156,12 +154,14 @@ pub fn reported_usage(body: &[u8]) -> Option<u64> {
 /// The `contextBudget` policy.
 pub struct ContextBudget {
     pub(super) cache: ParamCache<BudgetConfig>,
-    sessions: Mutex<LruCache<String, (u64, Instant)>>,
+    store: SessionStore,
 }
 
 impl std::fmt::Debug for ContextBudget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ContextBudget").finish_non_exhaustive()
+        f.debug_struct("ContextBudget")
+            .field("store", &self.store)
+            .finish_non_exhaustive()
     }
 }
 
@@ -172,30 +172,43 @@ impl Default for ContextBudget {
 }
 
 impl ContextBudget {
-    /// A policy with no sessions.
+    /// A policy keeping its sessions in memory.
     pub fn new() -> Self {
+        ContextBudget::with_store(SessionStore::memory())
+    }
+
+    /// A policy keeping its sessions in `store` (a clone of another
+    /// policy's store shares its sessions).
+    pub fn with_store(store: SessionStore) -> Self {
         ContextBudget {
             cache: ParamCache::new(KEYS),
-            sessions: Mutex::new(LruCache::new(
-                NonZeroUsize::new(MAX_SESSIONS).unwrap_or(NonZeroUsize::MIN),
-            )),
+            store,
         }
     }
 
-    /// Adds `delta` (may be negative) to a session; its new total.
-    pub(super) fn charge(&self, cfg: &BudgetConfig, session: &str, delta: i128, now: Instant) -> u64 {
-        let mut s = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
-        let entry = s.get_or_insert_mut(session.to_string(), || (0, now));
-        if now.duration_since(entry.1) > cfg.ttl {
-            entry.0 = 0;
-        }
-        entry.1 = now;
-        entry.0 = (i128::from(entry.0) + delta).clamp(0, i128::from(u64::MAX)) as u64;
-        entry.0
+    /// Replaces the request's estimate of `session` by the reported `usage`
+    /// (when there is one): the session's total.
+    pub(super) async fn settle(
+        &self,
+        policy: &str,
+        cfg: &BudgetConfig,
+        session: &str,
+        metadata: &Metadata,
+        usage: Option<u64>,
+    ) -> Result<u64, PolicyError> {
+        let estimate: u64 = metadata
+            .get("context.estimate")
+            .and_then(|e| e.parse().ok())
+            .unwrap_or(0);
+        let total = match usage {
+            Some(u) => self.store.charge(session, delta(u, estimate), cfg.ttl).await,
+            None => self.store.used(session, cfg.ttl).await,
+        };
+        total.map_err(|e| e.policy_error(policy))
     }
 
     /// The request phase of `policy` (this one or its streaming twin).
-    pub(super) fn request_phase(
+    pub(super) async fn request_phase(
         &self,
         policy: &str,
         params: &Params,
@@ -209,37 +222,31 @@ impl ContextBudget {
             return Ok(RequestOutcome::proceed().set_metadata("context.verdict", "no_session"));
         };
         let estimate = ctx.request.body().map_or(0, estimate_tokens);
-        let now = Instant::now();
-        let used = self.used(&cfg, session, now);
-        let projected = used.saturating_add(estimate);
-        if projected > cfg.budget {
+        let charge = self
+            .store
+            .try_charge(session, estimate, cfg.budget, cfg.ttl)
+            .await
+            .map_err(|e| e.policy_error(policy))?;
+        if !charge.charged {
             let body = json!({
                 "error": format!("the session's context budget of {} tokens is spent", cfg.budget),
                 "reason": "context_budget_exceeded",
-                "used": used,
+                "used": charge.used,
                 "estimate": estimate,
                 "budget": cfg.budget,
             });
             return Ok(
                 RequestOutcome::denied_with(Deny::json(429, &body).reason("context_budget_exceeded"))
                     .set_metadata("context.verdict", "exceeded")
-                    .set_metadata("context.used", used.to_string())
+                    .set_metadata("context.used", charge.used.to_string())
                     .set_metadata("context.budget", cfg.budget.to_string()),
             );
         }
-        let total = self.charge(&cfg, session, i128::from(estimate), now);
         Ok(RequestOutcome::proceed()
-            .set_metadata("context.verdict", cfg.verdict(total))
-            .set_metadata("context.used", total.to_string())
+            .set_metadata("context.verdict", cfg.verdict(charge.used))
+            .set_metadata("context.used", charge.used.to_string())
             .set_metadata("context.estimate", estimate.to_string())
             .set_metadata("context.budget", cfg.budget.to_string()))
-    }
-
-    pub(super) fn used(&self, cfg: &BudgetConfig, session: &str, now: Instant) -> u64 {
-        let mut s = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
-        s.get(session)
-            .filter(|(_, t)| now.duration_since(*t) <= cfg.ttl)
-            .map_or(0, |(u, _)| *u)
     }
 }
 
@@ -267,7 +274,7 @@ impl Policy for ContextBudget {
     }
 
     async fn on_request(&self, params: &Params, ctx: &RequestContext<'_>) -> Result<RequestOutcome, PolicyError> {
-        self.request_phase(NAME, params, ctx)
+        self.request_phase(NAME, params, ctx).await
     }
 
     async fn on_response(&self, params: &Params, ctx: &ResponseContext<'_>) -> Result<ResponseOutcome, PolicyError> {
@@ -278,16 +285,8 @@ impl Policy for ContextBudget {
         let Some(session) = cfg.session(&ctx.request, ctx.metadata) else {
             return Ok(ResponseOutcome::proceed());
         };
-        let now = Instant::now();
-        let estimate: u64 = ctx
-            .metadata
-            .get("context.estimate")
-            .and_then(|e| e.parse().ok())
-            .unwrap_or(0);
-        let total = match ctx.response.body().and_then(reported_usage) {
-            Some(usage) => self.charge(&cfg, session, i128::from(usage) - i128::from(estimate), now),
-            None => self.used(&cfg, session, now),
-        };
+        let usage = ctx.response.body().and_then(reported_usage);
+        let total = self.settle(NAME, &cfg, session, ctx.metadata, usage).await?;
         let verdict = cfg.verdict(total);
         Ok(ResponseOutcome::proceed()
             .set_header(cfg.verdict_header.clone(), verdict)

@@ -1,6 +1,7 @@
 //! `contextBudgetStream`: `contextBudget` on routes that stream.
 //!
-//! The request phase is `contextBudget`'s (the same sessions). The streamed
+//! The request phase is `contextBudget`'s (the same code; given the same
+//! [`SessionStore`], as in `planner-agent`, the same sessions). The streamed
 //! response passes unchanged while its usage is read: the OpenAI usage
 //! chunk (`usage.total_tokens`, or `prompt_tokens + completion_tokens`;
 //! the client asks for it with `stream_options.include_usage`, or
@@ -18,6 +19,7 @@ use serde_json::Value;
 
 use super::budget::{reported_usage, BudgetConfig, ContextBudget};
 use super::plan_critic::config_error_named;
+use super::session_store::SessionStore;
 use crate::reference::ratelimit::stream_usage::usage_tokens;
 use crate::stream::sse;
 use crate::{ChunkContext, ChunkOutcome, Framing, Params, Phases, Policy, PolicyError, RequestContext, RequestOutcome};
@@ -78,26 +80,28 @@ impl ContextBudgetStream {
         ContextBudgetStream::default()
     }
 
-    fn settle(&self, cfg: &BudgetConfig, ctx: &ChunkContext<'_>, usage: Option<u64>) -> ChunkOutcome {
+    /// A policy keeping its sessions in `store` (give it a clone of
+    /// `contextBudget`'s store to share that policy's sessions).
+    pub fn with_store(store: SessionStore) -> Self {
+        ContextBudgetStream {
+            inner: ContextBudget::with_store(store),
+        }
+    }
+
+    async fn settle(
+        &self,
+        cfg: &BudgetConfig,
+        ctx: &ChunkContext<'_>,
+        usage: Option<u64>,
+    ) -> Result<ChunkOutcome, PolicyError> {
         let Some(session) = cfg.session(&ctx.request, ctx.metadata) else {
-            return ChunkOutcome::pass();
+            return Ok(ChunkOutcome::pass());
         };
-        let now = std::time::Instant::now();
-        let estimate: u64 = ctx
-            .metadata
-            .get("context.estimate")
-            .and_then(|e| e.parse().ok())
-            .unwrap_or(0);
-        let total = match usage {
-            Some(u) => self
-                .inner
-                .charge(cfg, session, i128::from(u) - i128::from(estimate), now),
-            None => self.inner.used(cfg, session, now),
-        };
-        ChunkOutcome::pass()
+        let total = self.inner.settle(NAME, cfg, session, ctx.metadata, usage).await?;
+        Ok(ChunkOutcome::pass()
             .set_metadata("context.verdict", cfg.verdict(total))
             .set_metadata("context.used", total.to_string())
-            .set_metadata("context.budget", cfg.budget().to_string())
+            .set_metadata("context.budget", cfg.budget().to_string()))
     }
 }
 
@@ -129,7 +133,7 @@ impl Policy for ContextBudgetStream {
     }
 
     async fn on_request(&self, params: &Params, ctx: &RequestContext<'_>) -> Result<RequestOutcome, PolicyError> {
-        self.inner.request_phase(NAME, params, ctx)
+        self.inner.request_phase(NAME, params, ctx).await
     }
 
     async fn on_response_chunk(&self, params: &Params, ctx: &ChunkContext<'_>) -> Result<ChunkOutcome, PolicyError> {
@@ -170,7 +174,7 @@ impl Policy for ContextBudgetStream {
             Framing::Raw => {}
         }
         if ctx.end_of_stream {
-            return Ok(self.settle(&cfg, ctx, st.usage()));
+            return self.settle(&cfg, ctx, st.usage()).await;
         }
         let state = serde_json::to_vec(&st).map_err(|e| PolicyError::new(format!("{NAME}: stream state: {e}")))?;
         Ok(ChunkOutcome::pass().state(state))

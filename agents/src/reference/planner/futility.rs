@@ -12,21 +12,21 @@
 //!
 //! Outcome, by `action`: `flag` (request header `flag_header` to the
 //! upstream, metadata) or `deny` (`deny_status` with a JSON error, reason
-//! `futility_detected`). Session state is bounded: at most [`MAX_SESSIONS`]
-//! sessions, least recently used first out, each forgotten after
-//! `session_ttl_s` without a request, each remembering at most
-//! [`MAX_SEEN`] results.
+//! `futility_detected`). Session state lives in a [`SessionStore`] (in
+//! memory, or in Redis shared by several agents), bounded: each session is
+//! forgotten after `session_ttl_s` without a request and remembers at most
+//! [`MAX_SEEN`] results; in memory at most [`MAX_SESSIONS`] sessions, least
+//! recently used first out. A store failure fails the call
+//! ([`SessionStoreError::policy_error`]).
 
-use std::collections::HashSet;
-use std::num::NonZeroUsize;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use lru::LruCache;
 use serde_json::{json, Value};
 
 use super::history::{steps, Step};
 use super::plan_critic::config_error_named;
+use super::session_store::{SessionStore, SessionStoreError};
+pub use super::session_store::{MAX_SEEN, MAX_SESSIONS};
 use crate::reference::tool::cache::ParamCache;
 use crate::reference::tool::metadata_text;
 use crate::{Deny, ParamError, Params, Policy, PolicyError, RequestContext, RequestOutcome};
@@ -43,11 +43,6 @@ const KEYS: &[&str] = &[
     "deny_status",
     "flag_header",
 ];
-
-/// Sessions tracked at most.
-pub const MAX_SESSIONS: usize = 10_000;
-/// Result digests remembered per session at most.
-pub const MAX_SEEN: usize = 1024;
 
 /// Parsed params of `futilityGuard`.
 #[derive(Debug)]
@@ -169,21 +164,17 @@ pub fn detect(cfg: &FutilityConfig, all: &[Step]) -> Option<Detected> {
     None
 }
 
-struct Session {
-    seen: HashSet<u64>,
-    stagnant: u32,
-    updated: Instant,
-}
-
 /// The `futilityGuard` policy.
 pub struct FutilityGuard {
     cache: ParamCache<FutilityConfig>,
-    sessions: Mutex<LruCache<String, Session>>,
+    store: SessionStore,
 }
 
 impl std::fmt::Debug for FutilityGuard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FutilityGuard").finish_non_exhaustive()
+        f.debug_struct("FutilityGuard")
+            .field("store", &self.store)
+            .finish_non_exhaustive()
     }
 }
 
@@ -194,54 +185,35 @@ impl Default for FutilityGuard {
 }
 
 impl FutilityGuard {
-    /// A policy with no sessions.
+    /// A policy keeping its sessions in memory.
     pub fn new() -> Self {
-        FutilityGuard::with_capacity(NonZeroUsize::new(MAX_SESSIONS).unwrap_or(NonZeroUsize::MIN))
+        FutilityGuard::with_store(SessionStore::memory())
     }
 
-    /// A policy tracking at most `sessions` sessions.
-    pub fn with_capacity(sessions: NonZeroUsize) -> Self {
+    /// A policy keeping its sessions in `store`.
+    pub fn with_store(store: SessionStore) -> Self {
         FutilityGuard {
             cache: ParamCache::new(KEYS),
-            sessions: Mutex::new(LruCache::new(sessions)),
+            store,
         }
-    }
-
-    /// Sessions tracked now.
-    pub fn sessions(&self) -> usize {
-        self.sessions.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
 
     /// Records one request of `session`: true when it is stagnant now.
-    fn stagnant(&self, cfg: &FutilityConfig, session: &str, all: &[Step], now: Instant) -> bool {
+    async fn stagnant(&self, cfg: &FutilityConfig, session: &str, all: &[Step]) -> Result<bool, SessionStoreError> {
         let results: Vec<u64> = all.iter().filter_map(|s| s.result).collect();
         if results.is_empty() {
-            return false;
+            return Ok(false);
         }
-        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
-        let s = sessions.get_or_insert_mut(session.to_string(), || Session {
-            seen: HashSet::new(),
-            stagnant: 0,
-            updated: now,
-        });
-        if now.duration_since(s.updated) > cfg.ttl {
-            s.seen.clear();
-            s.stagnant = 0;
-        }
-        s.updated = now;
-        let mut new = false;
-        for r in results {
-            if s.seen.len() >= MAX_SEEN && !s.seen.contains(&r) {
-                // Full: forget the oldest knowledge rather than grow.
-                s.seen.clear();
-            }
-            new |= s.seen.insert(r);
-        }
-        s.stagnant = if new { 0 } else { s.stagnant + 1 };
-        s.stagnant >= cfg.stagnation
+        let turns = self.store.record_results(session, &results, cfg.ttl).await?;
+        Ok(turns >= cfg.stagnation)
     }
 
-    fn decide(&self, cfg: &FutilityConfig, ctx: &RequestContext<'_>, doc: &Value, now: Instant) -> RequestOutcome {
+    async fn decide(
+        &self,
+        cfg: &FutilityConfig,
+        ctx: &RequestContext<'_>,
+        doc: &Value,
+    ) -> Result<RequestOutcome, PolicyError> {
         let all = steps(doc);
         let session = cfg
             .session_metadata
@@ -249,7 +221,10 @@ impl FutilityGuard {
             .and_then(|k| ctx.metadata.get(k))
             .or_else(|| ctx.request.header(&cfg.session_header))
             .filter(|s| !s.is_empty());
-        let stagnant = session.is_some_and(|s| self.stagnant(cfg, s, &all, now));
+        let stagnant = match session {
+            Some(s) => self.stagnant(cfg, s, &all).await.map_err(|e| e.policy_error(NAME))?,
+            None => false,
+        };
         let found = detect(cfg, &all).or_else(|| {
             stagnant.then(|| Detected {
                 pattern: "stagnation",
@@ -258,7 +233,7 @@ impl FutilityGuard {
         });
         let out = RequestOutcome::proceed().set_metadata("futility.steps", all.len().to_string());
         let Some(d) = found else {
-            return out.set_metadata("futility.decision", "ok");
+            return Ok(out.set_metadata("futility.decision", "ok"));
         };
         tracing::info!(policy = NAME, request_id = %ctx.call.request_id, pattern = d.pattern, tool = %metadata_text(&d.tool), "futile session detected");
         let tool = metadata_text(&d.tool);
@@ -269,15 +244,18 @@ impl FutilityGuard {
                 "pattern": d.pattern,
                 "tool": tool,
             });
-            return RequestOutcome::denied_with(Deny::json(cfg.deny_status, &body).reason("futility_detected"))
-                .set_metadata("futility.decision", "deny")
-                .set_metadata("futility.pattern", d.pattern)
-                .set_metadata("futility.tool", tool);
+            return Ok(
+                RequestOutcome::denied_with(Deny::json(cfg.deny_status, &body).reason("futility_detected"))
+                    .set_metadata("futility.decision", "deny")
+                    .set_metadata("futility.pattern", d.pattern)
+                    .set_metadata("futility.tool", tool),
+            );
         }
-        out.set_header(cfg.flag_header.clone(), d.pattern)
+        Ok(out
+            .set_header(cfg.flag_header.clone(), d.pattern)
             .set_metadata("futility.decision", "flag")
             .set_metadata("futility.pattern", d.pattern)
-            .set_metadata("futility.tool", tool)
+            .set_metadata("futility.tool", tool))
     }
 }
 
@@ -319,7 +297,7 @@ impl Policy for FutilityGuard {
                     .set_metadata("futility.error", metadata_text(&format!("request is not JSON: {e}"))))
             }
         };
-        Ok(self.decide(&cfg, ctx, &doc, Instant::now()))
+        self.decide(&cfg, ctx, &doc).await
     }
 }
 

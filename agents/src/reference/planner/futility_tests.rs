@@ -104,23 +104,6 @@ async fn a_productive_session_is_never_flagged_and_a_stagnant_one_is() {
     }
 }
 
-#[test]
-fn session_state_is_bounded_and_expires() {
-    let p = FutilityGuard::with_capacity(NonZeroUsize::new(2).unwrap());
-    let cfg = FutilityConfig::parse(&Params::default()).unwrap();
-    let st = steps(&history(&[FAIL]));
-    let t0 = Instant::now();
-    for s in ["a", "b", "c"] {
-        p.stagnant(&cfg, s, &st, t0);
-    }
-    assert_eq!(p.sessions(), 2);
-    assert!(!p.stagnant(&cfg, "c", &st, t0));
-    assert_eq!(p.sessions.lock().unwrap().peek("c").unwrap().stagnant, 1);
-    // After the TTL the session starts over: its result is new again.
-    assert!(!p.stagnant(&cfg, "c", &st, t0 + cfg.ttl + Duration::from_secs(1)));
-    assert_eq!(p.sessions.lock().unwrap().peek("c").unwrap().stagnant, 0);
-}
-
 #[tokio::test]
 async fn hostile_bodies_and_bad_params() {
     let p = FutilityGuard::new();
