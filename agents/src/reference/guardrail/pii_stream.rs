@@ -155,9 +155,7 @@ fn sse_event(st: &mut State, ev: &Bytes, p: &PiiParams, out: &mut Vec<Bytes>) ->
                 }
             }
         }
-        // The fields around `choices` (id, model, created) do not change
-        // within a stream: the first event's serve for the flushed tail.
-        if st.template.is_none() {
+        if changed || st.template.is_none() {
             let mut t = doc.clone();
             if let Some(o) = t.as_object_mut() {
                 o.remove("choices");
