@@ -12,11 +12,11 @@ minutes=${SOAK_MINUTES:-30}
 profile=()
 [ "${CHAOS_PROFILE:-release}" = release ] && profile=(--release)
 started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
-cargo test "${profile[@]}" --test reliability --no-run
+cargo test "${profile[@]}" --test reliability_soak --no-run
 set +e
 SOAK_MINUTES=$minutes SOAK_CSV="$PWD/$out/soak.csv" CHAOS_RESULTS="$PWD/$out/results" \
   timeout $(( minutes * 60 + 600 )) \
-  cargo test "${profile[@]}" --test reliability soak -- --ignored --nocapture 2>&1 | tee "$out/soak.log"
+  cargo test "${profile[@]}" --test reliability_soak soak -- --ignored --nocapture 2>&1 | tee "$out/soak.log"
 rc=${PIPESTATUS[0]}
 set -e
 py=.venv/bin/python

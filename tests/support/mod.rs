@@ -13,6 +13,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 
+pub mod chaos;
 pub mod envoy;
 pub mod extproc;
 pub mod h2raw;

@@ -1,0 +1,169 @@
+//! Shared parts of the reliability suite (`tests/reliability*.rs`): the
+//! fail-closed gate policy and its requests, and a stack of kernel, Envoy
+//! and upstream.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::service::ext_proc::v3::{processing_response::Response as PResp, ProcessingResponse};
+
+use super::load::*;
+use super::*;
+
+/// `kind` of a request that carries no token and must be denied.
+pub const DENY: u8 = 1;
+/// `kind` of a request with a token.
+pub const ALLOW: u8 = 0;
+
+/// The fail-closed gate: 401 without `x-token`, else tags the request.
+pub const GATE: &str = r#"policies:
+  - name: gate
+    rules:
+      - when: {header_absent: x-token}
+        request:
+          - immediate: {status: 401, body: "no token", reason: authentication_failed}
+    request:
+      - set_header: {name: x-gate, value: passed}
+"#;
+
+/// Requests of the kill tests: one in three without a token.
+pub fn gate_request(i: usize) -> Req {
+    if i.is_multiple_of(3) {
+        Req::get(format!("/gate/{i}"), DENY)
+    } else {
+        Req::get(format!("/gate/{i}"), ALLOW).header("x-token", "t")
+    }
+}
+
+/// Whether an answer is right for a gate request: a request without a token
+/// is never let through, one with a token is never denied by the policy.
+pub fn gate_answer_consistent(a: &Answer) -> bool {
+    match (a.kind, a.cause) {
+        (DENY, Cause::Upstream) => false,
+        (ALLOW, Cause::AgentDenied) => false,
+        (ALLOW, Cause::Upstream) => a.tag("x-gate") == Some("passed"),
+        _ => true,
+    }
+}
+
+pub fn tail(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Kernel, Envoy and upstream in one temp dir (agents are the test's).
+pub struct Stack {
+    pub _tmp: tempfile::TempDir,
+    pub dir: PathBuf,
+    pub kernel: KernelProc,
+    pub envoy: Envoy,
+    pub _upstream: Upstream,
+    pub base: String,
+    pub client: reqwest::Client,
+}
+
+impl Stack {
+    pub async fn start(tmp: tempfile::TempDir, server: &str, body: &str, routes: &[&str]) -> Self {
+        Self::start_opts(tmp, server, body, EnvoyOpts::deployed(routes)).await
+    }
+
+    pub async fn start_opts(tmp: tempfile::TempDir, server: &str, body: &str, opts: EnvoyOpts) -> Self {
+        let dir = tmp.path().to_path_buf();
+        let kernel = KernelProc::start_with(&dir, server, body);
+        let upstream = Upstream::start().await;
+        let envoy = start_envoy(&dir, &kernel.socket, upstream.addr.port(), &opts);
+        let base = format!("http://127.0.0.1:{}", envoy.port);
+        Self {
+            _tmp: tmp,
+            dir,
+            kernel,
+            envoy,
+            _upstream: upstream,
+            base,
+            client: client(),
+        }
+    }
+
+    /// Waits until `path` (with a token) gets through to the upstream.
+    pub async fn warm(&self, path: &str) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let a = hit(
+                &self.client,
+                &self.base,
+                0,
+                Req::get(path, ALLOW).header("x-token", "t"),
+                Instant::now(),
+            )
+            .await;
+            if a.cause == Cause::Upstream {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{path} never succeeded: {a:?}\n{}",
+                tail(&self.kernel.log(), 30)
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Reloads with `body` (same server section); waits for the new version.
+    pub async fn reload(&self, body: &str) {
+        let before = self.kernel.metric("policy_kernel_config_version");
+        self.kernel.write_config(body);
+        self.kernel.proc.signal("HUP");
+        let k = &self.kernel;
+        until("reload", Duration::from_secs(10), || async {
+            k.metric("policy_kernel_config_version") > before
+        })
+        .await;
+    }
+}
+
+/// Counts of Envoy's RESPONSE_CODE_DETAILS over the non-2xx answers.
+pub fn details_of(envoy: &Envoy, answers: &[Answer]) -> (String, usize) {
+    let ids: Vec<u64> = answers
+        .iter()
+        .filter(|a| !(200..300).contains(&a.status))
+        .map(|a| a.id)
+        .collect();
+    let log = access_log_with(envoy, &ids, Duration::from_secs(5));
+    let mut m = std::collections::BTreeMap::<String, usize>::new();
+    let mut missing = 0;
+    for a in answers.iter().filter(|a| !(200..300).contains(&a.status)) {
+        match log.get(&a.id) {
+            Some(l) => *m.entry(format!("{}:{}", l.status, l.details)).or_insert(0) += 1,
+            None => missing += 1,
+        }
+    }
+    (
+        m.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" "),
+        missing,
+    )
+}
+
+pub fn immediate_status(r: &ProcessingResponse) -> Option<i32> {
+    match &r.response {
+        Some(PResp::ImmediateResponse(i)) => i.status.as_ref().map(|s| s.code),
+        _ => None,
+    }
+}
+
+/// Names of the headers a response sets.
+pub fn set_headers(r: &ProcessingResponse) -> Vec<String> {
+    let common = match &r.response {
+        Some(PResp::RequestHeaders(h)) | Some(PResp::ResponseHeaders(h)) => h.response.as_ref(),
+        Some(PResp::RequestBody(b)) | Some(PResp::ResponseBody(b)) => b.response.as_ref(),
+        _ => None,
+    };
+    common
+        .and_then(|c| c.header_mutation.as_ref())
+        .map(|m| {
+            m.set_headers
+                .iter()
+                .filter_map(|h| h.header.as_ref().map(|h| h.key.clone()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
