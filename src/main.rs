@@ -273,12 +273,24 @@ async fn serve(path: PathBuf, mut cfg: config::KernelConfig, mut inherited: Opti
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let draining = std::sync::Arc::new(tokio::sync::Notify::new());
     spawn_signals(stop_tx, draining.clone(), admin.clone())?;
+    // A generation started by `supervise` waits (briefly) for its agents
+    // before it takes connections; the one it replaces serves meanwhile.
+    let ready = match inherited.as_mut() {
+        Some(i) => {
+            let down = upgrade::inherit::wait_for_agents(&kernel, upgrade::inherit::AGENT_WAIT).await;
+            if !down.is_empty() {
+                tracing::warn!(agents = ?down, "agents not healthy: this generation serves without them");
+            }
+            Some(i)
+        }
+        None => None,
+    };
     // `address` is the TCP listener's, or "none" (socket only).
     let address = bound.map(|a| a.to_string()).unwrap_or_else(|| "none".into());
     let tls = kernel.snapshot().config.server.tls.is_some();
     tracing::info!(address = %address, tls, socket = ?socket, generation = upgrade::generation(), "policy kernel serving ext_proc");
     admin.set_ready(true);
-    if let Some(i) = inherited.as_mut() {
+    if let Some(i) = ready {
         i.notify_ready();
     }
     let served = server::serve(kernel, listeners, async {

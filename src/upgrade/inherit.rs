@@ -104,3 +104,27 @@ impl Inherited {
         }
     }
 }
+
+/// Longest wait of a new generation for its agents, before it serves.
+pub const AGENT_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Before a generation serves: health rounds, every 100 ms, of the agents
+/// not yet healthy, until all are or `limit` has passed. The generation it
+/// replaces serves meanwhile, so a health check that was slow once (a busy
+/// host) does not make the new one answer `agent_unavailable_response`
+/// until the next scheduled check. Returns the agents still unhealthy.
+pub async fn wait_for_agents(kernel: &crate::kernel::Kernel, limit: std::time::Duration) -> Vec<String> {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        let snapshot = kernel.snapshot();
+        let down: Vec<_> = snapshot.agents.iter().filter(|a| !a.is_healthy()).collect();
+        if down.is_empty() || tokio::time::Instant::now() >= deadline {
+            return down.iter().map(|a| a.name().to_string()).collect();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let changed = futures::future::join_all(down.iter().map(|a| crate::registry::health::round(a))).await;
+        if changed.into_iter().any(|c| c) {
+            kernel.refresh();
+        }
+    }
+}
