@@ -533,10 +533,6 @@ pub fn classify(status: u16, headers: &reqwest::header::HeaderMap, body: &str) -
     }
 }
 
-/// The generation header the upgrade tests configure
-/// (`server.generations.header`), kept on each answer.
-pub const GENERATION_HEADER: &str = "x-policy-kernel-generation";
-
 /// One request to send.
 #[derive(Debug, Clone)]
 pub struct Req {
@@ -625,7 +621,7 @@ pub async fn hit(client: &reqwest::Client, base: &str, id: u64, req: Req, t0: In
             let status = r.status().as_u16();
             let headers = r.headers().clone();
             let body = r.text().await.unwrap_or_default();
-            let tags = ["x-gate", "x-lat", "x-body-included", "x-seen", GENERATION_HEADER]
+            let tags = super::supervise::TAGGED
                 .iter()
                 .filter_map(|h| {
                     // Echoed request headers (the upstream's JSON) or response headers.

@@ -9,6 +9,14 @@ use std::time::{Duration, Instant};
 use super::load::{envoy_config, EnvoyOpts};
 use super::Envoy;
 
+/// The generation header the upgrade tests configure
+/// (`server.generations.header`), kept on each answer (`load::hit`).
+pub const GENERATION_HEADER: &str = "x-policy-kernel-generation";
+
+/// The headers `load::hit` keeps on each answer (`Answer::tag`), read
+/// from the response or from the upstream's echo of the request.
+pub const TAGGED: [&str; 5] = ["x-gate", "x-lat", "x-body-included", "x-seen", GENERATION_HEADER];
+
 /// The child processes of `pid` (the generations of a `supervise` parent).
 pub fn children(pid: u32) -> Vec<u32> {
     std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
