@@ -330,6 +330,14 @@ fn spawn_signals(
 ) -> std::io::Result<()> {
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
+    // SIGUSR2 asks `supervise` for an upgrade; sent to a kernel process by
+    // mistake it must not kill it (its default action).
+    let mut usr2 = signal(SignalKind::user_defined2())?;
+    tokio::spawn(async move {
+        while usr2.recv().await.is_some() {
+            tracing::warn!("SIGUSR2 ignored: upgrades are made by `policy-kernel supervise` (send it SIGUSR2, or run `policy-kernel upgrade`)");
+        }
+    });
     tokio::spawn(async move {
         tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
         tracing::info!("shutting down: draining in-flight streams");

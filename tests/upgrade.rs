@@ -543,3 +543,48 @@ async fn failed_upgrade_changes_nothing_and_stop_cleans_up() {
     let log = k.log();
     assert!(log.contains("upgrade abandoned"), "{log}");
 }
+
+/// `supervise` refuses a TCP management listener (two generations cannot
+/// share it) before it binds anything, with the field's name.
+#[test]
+fn supervise_refuses_a_tcp_management_listener() {
+    let tmp = workdir();
+    let dir = tmp.path();
+    let config = dir.join("kernel.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "policy_kernel:\n  server:\n    socket_path: {}\n  management:\n    listen: 127.0.0.1:0\n    tokens_file: {}\n    state_path: {}\n",
+            dir.join("kernel.sock").display(),
+            dir.join("tokens").display(),
+            dir.join("state.json").display()
+        ),
+    )
+    .expect("write config");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_policy-kernel"))
+        .arg("supervise")
+        .arg(format!("--config={}", config.display()))
+        .output()
+        .expect("run supervise");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("management.listen"), "{text}");
+    assert!(!dir.join("kernel.sock").exists(), "nothing bound");
+}
+
+/// A kernel not run by `supervise` ignores SIGUSR2 (whose default action
+/// would end it) and keeps serving.
+#[test]
+fn a_plain_kernel_survives_sigusr2() {
+    let tmp = workdir();
+    let mut k = KernelProc::start(tmp.path(), "");
+    k.proc.signal("USR2");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(matches!(k.proc.child.try_wait(), Ok(None)), "{}", k.log());
+    assert_eq!(k.admin_get("/readyz").0, 200);
+    assert!(k.log().contains("SIGUSR2 ignored"), "{}", k.log());
+}
