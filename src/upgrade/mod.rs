@@ -28,7 +28,8 @@
 //!   `server.generations.ready_timeout_ms` (or exits first), it is killed and
 //!   N keeps serving: the command reports the error.
 //! - A generation that dies (crash, SIGKILL, OOM kill) is replaced at once
-//!   (then with a back-off of up to 5 s while it keeps dying). The listening
+//!   (then, while generations keep dying within 2 s of their start, after
+//!   100 ms, doubling up to 5 s). The listening
 //!   socket stays open in the parent the whole time, so Envoy's connection
 //!   attempts queue in the backlog instead of being refused, and are served
 //!   when the new generation starts: only the streams in flight on the dead

@@ -20,8 +20,9 @@ use crate::server;
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// First pause when a generation dies again soon after it started.
 const MIN_BACKOFF: Duration = Duration::from_millis(100);
-/// A generation that served this long before dying is replaced at once.
-const STABLE: Duration = Duration::from_secs(10);
+/// A generation that served this long before dying counts as a first death
+/// (replaced at once) again.
+const STABLE: Duration = Duration::from_secs(2);
 
 /// The listening sockets the parent owns and hands to each generation.
 struct Sockets {
@@ -104,6 +105,8 @@ struct Parent {
     /// Generations told to drain, until they exit.
     draining: Vec<Generation>,
     backoff: Duration,
+    /// Deaths in a row of generations that served less than [`STABLE`].
+    quick_deaths: u32,
     retry_at: Instant,
 }
 
@@ -167,6 +170,7 @@ async fn supervise(config_path: PathBuf, cfg: KernelConfig) -> anyhow::Result<()
         current: None,
         draining: Vec::new(),
         backoff: Duration::ZERO,
+        quick_deaths: 0,
         retry_at: Instant::now(),
     };
     match p.start_generation().await {
@@ -248,11 +252,10 @@ impl Parent {
     fn died(&mut self, status: String) {
         let Some(g) = self.current.take() else { return };
         let lived = g.started.elapsed();
-        self.backoff = if lived >= STABLE {
-            Duration::ZERO
-        } else {
-            (self.backoff * 2).clamp(MIN_BACKOFF, MAX_BACKOFF)
-        };
+        // The first death is answered at once; a generation that dies again
+        // within STABLE of its start waits 100 ms, then twice that, up to 5 s.
+        self.quick_deaths = if lived >= STABLE { 1 } else { self.quick_deaths + 1 };
+        self.backoff = backoff(self.quick_deaths);
         tracing::error!(generation = g.number, pid = g.pid, status = %status, lived_ms = lived.as_millis() as u64,
             restart_in_ms = self.backoff.as_millis() as u64,
             "generation exited; the listening sockets stay open and a new generation is started");
@@ -403,6 +406,15 @@ impl Parent {
     }
 }
 
+/// The pause before the next generation after `quick_deaths` deaths in a
+/// row: none after the first, then 100 ms doubling up to [`MAX_BACKOFF`].
+fn backoff(quick_deaths: u32) -> Duration {
+    match quick_deaths {
+        0 | 1 => Duration::ZERO,
+        n => (MIN_BACKOFF * 2u32.saturating_pow(n.min(16) - 2)).min(MAX_BACKOFF),
+    }
+}
+
 /// A pipe whose ends close on exec (the child's end is kept open by
 /// `spawn`'s pre-exec step).
 fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
@@ -438,5 +450,31 @@ async fn wait_ready(read: OwnedFd, g: &mut Generation, timeout: Duration) -> Res
             g.pid,
             timeout.as_millis()
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_first_death_is_answered_at_once_then_the_pause_doubles_up_to_5_s() {
+        let ms = |n| backoff(n).as_millis();
+        assert_eq!([ms(0), ms(1), ms(2), ms(3), ms(4)], [0, 0, 100, 200, 400]);
+        assert_eq!(ms(7), 3200);
+        assert_eq!(ms(8), 5000);
+        assert_eq!(ms(u32::MAX), 5000);
+    }
+
+    #[test]
+    fn listen_fds_name_each_inherited_socket() {
+        let tcp = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let fd = tcp.as_raw_fd();
+        let sockets = Sockets {
+            ext_proc_unix: None,
+            ext_proc_tcp: None,
+            metrics: Some(tcp),
+        };
+        assert_eq!(sockets.listen_fds(), (format!("metrics={fd}"), vec![fd]));
     }
 }
