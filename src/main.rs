@@ -165,7 +165,7 @@ fn main() -> anyhow::Result<()> {
         std::process::exit(if ok { 0 } else { 1 });
     }
     if let Some(Command::Upgrade { control_socket }) = &cli.command {
-        let ok = upgrade_command(control_socket.clone(), cli.config.as_deref())?;
+        let ok = control::command(control_socket.clone(), cli.config.as_deref())?;
         std::process::exit(if ok { 0 } else { 1 });
     }
     let path = cli.config.context("--config=PATH is required")?;
@@ -184,30 +184,6 @@ fn main() -> anyhow::Result<()> {
             runtime(cfg.server.worker_threads)?.block_on(serve(path, cfg, inherited))
         }
     }
-}
-
-/// `policy-kernel upgrade`: the control socket is `--control-socket`, or
-/// the one the configuration names.
-fn upgrade_command(socket: Option<PathBuf>, config_path: Option<&std::path::Path>) -> anyhow::Result<bool> {
-    let (socket, wait) = match (socket, config_path) {
-        (Some(s), _) => (s, Duration::from_secs(600)),
-        (None, Some(p)) => {
-            let cfg = config::load(p)?;
-            let g = &cfg.server.generations;
-            let s = g
-                .control_socket(cfg.server.socket_path.as_deref())
-                .context("server.generations.control_socket is not set and there is no server.socket_path")?;
-            (s, Duration::from_millis(g.ready_timeout_ms) + Duration::from_secs(10))
-        }
-        (None, None) => anyhow::bail!("give --control-socket=PATH or --config=PATH"),
-    };
-    let (text, ok) = runtime(1)?.block_on(control::request_upgrade(&socket, wait))?;
-    if ok {
-        println!("{text}");
-    } else {
-        eprintln!("{text}");
-    }
-    Ok(ok)
 }
 
 /// The async runtime: `server.worker_threads` threads (0: one per CPU the

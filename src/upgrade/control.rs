@@ -3,7 +3,7 @@
 //! the parent answers `ok: ...` once the new generation serves, or
 //! `error: ...` (the running generation then keeps serving).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -80,4 +80,30 @@ pub async fn request_upgrade(socket: &Path, wait: Duration) -> anyhow::Result<(S
     }
     let ok = line.starts_with("ok:");
     Ok((line, ok))
+}
+
+/// `policy-kernel upgrade`: the control socket is `socket`
+/// (`--control-socket`), or the one the configuration at `config` names.
+/// Prints the parent's answer; returns whether the upgrade happened.
+pub fn command(socket: Option<PathBuf>, config: Option<&Path>) -> anyhow::Result<bool> {
+    let (socket, wait) = match (socket, config) {
+        (Some(s), _) => (s, Duration::from_secs(600)),
+        (None, Some(p)) => {
+            let cfg = crate::config::load(p)?;
+            let g = &cfg.server.generations;
+            let s = g
+                .control_socket(cfg.server.socket_path.as_deref())
+                .context("server.generations.control_socket is not set and there is no server.socket_path")?;
+            (s, Duration::from_millis(g.ready_timeout_ms) + Duration::from_secs(10))
+        }
+        (None, None) => anyhow::bail!("give --control-socket=PATH or --config=PATH"),
+    };
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let (text, ok) = rt.block_on(request_upgrade(&socket, wait))?;
+    if ok {
+        println!("{text}");
+    } else {
+        eprintln!("{text}");
+    }
+    Ok(ok)
 }
