@@ -281,7 +281,13 @@ async fn serve(path: PathBuf, mut cfg: config::KernelConfig, mut inherited: Opti
     if let Some(path) = socket.as_ref().filter(|_| owns_socket_file) {
         let _ = std::fs::remove_file(path);
     }
-    if let Some(path) = management.as_ref().and_then(|m| m.config().socket.clone()) {
+    // A generation leaves the management socket: the next generation has
+    // bound its own at that path (a stale one is replaced at start).
+    if let Some(path) = management
+        .as_ref()
+        .and_then(|m| m.config().socket.clone())
+        .filter(|_| owns_socket_file)
+    {
         let _ = std::fs::remove_file(path);
     }
     // Exports the spans still buffered. The exporter's gRPC client runs on

@@ -588,3 +588,73 @@ fn a_plain_kernel_survives_sigusr2() {
     assert_eq!(k.admin_get("/readyz").0, 200);
     assert!(k.log().contains("SIGUSR2 ignored"), "{}", k.log());
 }
+
+/// An upgrade runs the binary found at the path `supervise` was started
+/// with, read again (a new binary installed there is what runs), and the
+/// management socket stays served by the new generation after the old one
+/// exits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upgrade_runs_the_binary_installed_at_the_path_and_keeps_the_management_socket() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = workdir();
+    let dir = tmp.path();
+    // The installed binary: a copy of the kernel; the "new version"
+    // installed over it is a script that leaves a mark, then runs the kernel.
+    let bin = dir.join("policy-kernel");
+    let real = env!("CARGO_BIN_EXE_policy-kernel");
+    let next = dir.join("policy-kernel.next");
+    std::fs::copy(real, &next).expect("copy the kernel");
+    std::fs::rename(&next, &bin).expect("install");
+    let install = |script: &str| {
+        std::fs::write(&next, script).expect("write binary");
+        std::fs::set_permissions(&next, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        std::fs::rename(&next, &bin).expect("install");
+    };
+    let mark = dir.join("new-version-ran");
+    let mgmt = dir.join("mgmt.sock");
+    let tokens = dir.join("tokens");
+    std::fs::write(&tokens, format!("ops read {}\n", "0".repeat(64))).expect("tokens");
+    let config = dir.join("kernel.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "policy_kernel:\n  server:\n    socket_path: {}\n  management:\n    socket: {}\n    tokens_file: {}\n    state_path: {}\n",
+            dir.join("kernel.sock").display(),
+            mgmt.display(),
+            tokens.display(),
+            dir.join("state.json").display()
+        ),
+    )
+    .expect("config");
+    let mut parent = support::Proc::spawn(
+        "supervise",
+        std::process::Command::new(&bin)
+            .arg("supervise")
+            .arg(format!("--config={}", config.display())),
+        &dir.join("kernel.log"),
+    );
+    let log = || std::fs::read_to_string(dir.join("kernel.log")).unwrap_or_default();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::os::unix::net::UnixStream::connect(&mgmt).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "the first generation did not start:\n{}",
+            log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    install(&format!("#!/bin/sh\ntouch {}\nexec {real} \"$@\"\n", mark.display()));
+    let (ok, text) = upgrade(&config);
+    assert!(ok, "{text}\n{}", log());
+    assert!(mark.exists(), "the new binary ran");
+    let pid = parent.pid();
+    single_generation(pid, Duration::from_secs(10)).expect("the old generation exits");
+    assert!(
+        std::os::unix::net::UnixStream::connect(&mgmt).is_ok(),
+        "the management socket is served after the old generation left:\n{}",
+        log()
+    );
+    assert!(matches!(parent.child.try_wait(), Ok(None)), "{}", log());
+    parent.signal("TERM");
+    parent.exit_status(Duration::from_secs(15), log).await;
+}
