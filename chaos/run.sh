@@ -20,7 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out=target/chaos
 mkdir -p "$out/results"
-[ -n "${CHAOS_FILTER:-}" ] || rm -f "$out"/results/[0-7]_*.json "$out"/results/9_*.json "$out"/results/1[01]_*.json
+[ -n "${CHAOS_FILTER:-}" ] || rm -f "$out"/results/[0-7]_*.json "$out"/results/9_*.json "$out"/results/1[0-2]_*.json
 suites=(${CHAOS_SUITES:-reliability upgrade})
 tests=()
 for s in "${suites[@]}"; do tests+=(--test "$s"); done
