@@ -48,6 +48,17 @@ impl Admin {
     /// Binds `addr` and serves in the background; returns the bound address.
     pub async fn spawn(self, addr: SocketAddr) -> std::io::Result<SocketAddr> {
         let listener = TcpListener::bind(addr).await?;
+        self.serve(listener)
+    }
+
+    /// Serves on a listener bound by someone else (`policy-kernel
+    /// supervise`); returns its address.
+    pub fn spawn_on(self, listener: std::net::TcpListener) -> std::io::Result<SocketAddr> {
+        listener.set_nonblocking(true)?;
+        self.serve(TcpListener::from_std(listener)?)
+    }
+
+    fn serve(self, listener: TcpListener) -> std::io::Result<SocketAddr> {
         let bound = listener.local_addr()?;
         tokio::spawn(async move {
             loop {

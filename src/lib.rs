@@ -25,6 +25,9 @@
 //!   strict validation, versions, rollback and a persisted state.
 //! - [`shadow`] — shadow-mode routes: the chain runs, Envoy gets CONTINUE.
 //! - [`validate`] — the `validate` command's checks and route table.
+//! - [`upgrade`] — `supervise` and `upgrade`: the parent that owns the
+//!   listening sockets and runs the kernel as generations, upgrades and
+//!   restarts that fail no request, the generation header.
 //! - [`telemetry`] — JSON logs, Prometheus metrics, OpenTelemetry traces.
 //! - [`proto`] — generated types of `proto/policy_agent.proto`.
 //! - [`wire`] — policy calls encoded once from borrowed request data.
@@ -46,5 +49,6 @@ pub mod shadow;
 pub mod snapshot;
 pub mod stream;
 pub mod telemetry;
+pub mod upgrade;
 pub mod validate;
 pub mod wire;

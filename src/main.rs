@@ -4,6 +4,10 @@
 //!   drains (a second signal exits at once); SIGHUP reloads the file.
 //! - `policy-kernel validate --config=PATH [--check-agents]` checks a file and
 //!   prints its route table, like `nginx -t`.
+//! - `policy-kernel supervise --config=PATH` owns the listening sockets and
+//!   runs the kernel as child generations; `policy-kernel upgrade` (or
+//!   SIGUSR2 to it) replaces the serving generation without failing a
+//!   request (`policy_kernel::upgrade`).
 //! - `policy-kernel config (--addr HOST:PORT | --socket PATH) SUBCOMMAND`
 //!   talks to a running kernel's management API; the token comes from
 //!   `--token-file` or the `POLICY_KERNEL_TOKEN` environment variable.
@@ -15,6 +19,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use policy_kernel::management::{self, client};
+use policy_kernel::upgrade::{self, control, inherit::Inherited};
 use policy_kernel::{admin::Admin, config, kernel::Kernel, reload, server, telemetry, validate};
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -42,6 +47,17 @@ enum Command {
         /// Also contact the agents and plan every route against them.
         #[arg(long)]
         check_agents: bool,
+    },
+    /// Own the listening sockets and run the kernel as child generations
+    /// (upgrades and restarts that fail no request).
+    Supervise,
+    /// Ask `supervise` to start a new generation and drain the serving one;
+    /// prints the result, exits non-zero when the upgrade did not happen.
+    Upgrade {
+        /// The control socket (default: from --config,
+        /// `server.generations.control_socket`).
+        #[arg(long)]
+        control_socket: Option<PathBuf>,
     },
     /// Read or change the routes of a running kernel through its management API.
     Config {
@@ -148,16 +164,24 @@ fn main() -> anyhow::Result<()> {
         let ok = config_command(addr, socket, token_file, if_match, action)?;
         std::process::exit(if ok { 0 } else { 1 });
     }
+    if let Some(Command::Upgrade { control_socket }) = &cli.command {
+        let ok = control::command(control_socket.clone(), cli.config.as_deref())?;
+        std::process::exit(if ok { 0 } else { 1 });
+    }
     let path = cli.config.context("--config=PATH is required")?;
     match cli.command {
+        Some(Command::Supervise) => upgrade::parent::run(&path),
+        Some(Command::Upgrade { .. }) => Ok(()),
         Some(Command::Validate { check_agents }) => {
             let ok = runtime(0)?.block_on(validate::run(&path, check_agents, &mut std::io::stdout()))?;
             std::process::exit(if ok { 0 } else { 1 });
         }
         Some(Command::Config { .. }) => Ok(()),
         None => {
+            // Started by `supervise`: the listening sockets are inherited.
+            let inherited = Inherited::take()?;
             let cfg = config::load(&path)?;
-            runtime(cfg.server.worker_threads)?.block_on(serve(path, cfg))
+            runtime(cfg.server.worker_threads)?.block_on(serve(path, cfg, inherited))
         }
     }
 }
@@ -168,7 +192,7 @@ fn runtime(threads: u16) -> std::io::Result<tokio::runtime::Runtime> {
     policy_net::runtime::build(threads.into(), "policy-kernel")
 }
 
-async fn serve(path: PathBuf, mut cfg: config::KernelConfig) -> anyhow::Result<()> {
+async fn serve(path: PathBuf, mut cfg: config::KernelConfig, mut inherited: Option<Inherited>) -> anyhow::Result<()> {
     telemetry::init_logging(&cfg.observability.log_level);
     telemetry::tracing::init(&cfg.observability.tracing)?;
     let addr = cfg.server.tcp_addr();
@@ -186,7 +210,11 @@ async fn serve(path: PathBuf, mut cfg: config::KernelConfig) -> anyhow::Result<(
     let metrics_on = cfg.observability.metrics_port != 0;
     let drain = Duration::from_millis(cfg.server.drain_timeout_ms);
     let socket = cfg.server.socket_path.clone();
-    let listeners = server::Listeners::bind(addr, socket.as_deref()).await?;
+    let listeners = match inherited.as_mut() {
+        Some(i) => server::Listeners::inherited(i.ext_proc_unix.take(), i.ext_proc_tcp.take())?,
+        None => server::Listeners::bind(addr, socket.as_deref()).await?,
+    };
+    let owns_socket_file = listeners.owns_socket_file();
     let bound = listeners.local_addr()?;
     let prepared = management::Prepared::load(&mut cfg)?;
     let kernel = Kernel::start(cfg).await;
@@ -205,7 +233,10 @@ async fn serve(path: PathBuf, mut cfg: config::KernelConfig) -> anyhow::Result<(
         }
         None => None,
     };
-    if metrics_on {
+    if let Some(l) = inherited.as_mut().and_then(|i| i.metrics.take()) {
+        let at = admin.clone().spawn_on(l).context("the inherited metrics listener")?;
+        tracing::info!(address = %at, "metrics and health endpoints");
+    } else if metrics_on {
         let at = admin
             .clone()
             .spawn(metrics_addr)
@@ -218,11 +249,26 @@ async fn serve(path: PathBuf, mut cfg: config::KernelConfig) -> anyhow::Result<(
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let draining = std::sync::Arc::new(tokio::sync::Notify::new());
     spawn_signals(stop_tx, draining.clone(), admin.clone())?;
+    // A generation started by `supervise` waits (briefly) for its agents
+    // before it takes connections; the one it replaces serves meanwhile.
+    let ready = match inherited.as_mut() {
+        Some(i) => {
+            let down = upgrade::inherit::wait_for_agents(&kernel, upgrade::inherit::AGENT_WAIT).await;
+            if !down.is_empty() {
+                tracing::warn!(agents = ?down, "agents not healthy: this generation serves without them");
+            }
+            Some(i)
+        }
+        None => None,
+    };
     // `address` is the TCP listener's, or "none" (socket only).
     let address = bound.map(|a| a.to_string()).unwrap_or_else(|| "none".into());
     let tls = kernel.snapshot().config.server.tls.is_some();
-    tracing::info!(address = %address, tls, socket = ?socket, "policy kernel serving ext_proc");
+    tracing::info!(address = %address, tls, socket = ?socket, generation = upgrade::generation(), "policy kernel serving ext_proc");
     admin.set_ready(true);
+    if let Some(i) = ready {
+        i.notify_ready();
+    }
     let served = server::serve(kernel, listeners, async {
         let _ = stop_rx.await;
     });
@@ -232,10 +278,16 @@ async fn serve(path: PathBuf, mut cfg: config::KernelConfig) -> anyhow::Result<(
             tracing::warn!(drain_timeout_ms = drain.as_millis() as u64, "drain timeout: exiting with streams in flight");
         }
     }
-    if let Some(path) = &socket {
+    if let Some(path) = socket.as_ref().filter(|_| owns_socket_file) {
         let _ = std::fs::remove_file(path);
     }
-    if let Some(path) = management.as_ref().and_then(|m| m.config().socket.clone()) {
+    // A generation leaves the management socket: the next generation has
+    // bound its own at that path (a stale one is replaced at start).
+    if let Some(path) = management
+        .as_ref()
+        .and_then(|m| m.config().socket.clone())
+        .filter(|_| owns_socket_file)
+    {
         let _ = std::fs::remove_file(path);
     }
     // Exports the spans still buffered. The exporter's gRPC client runs on
@@ -260,6 +312,14 @@ fn spawn_signals(
 ) -> std::io::Result<()> {
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
+    // SIGUSR2 asks `supervise` for an upgrade; sent to a kernel process by
+    // mistake it must not kill it (its default action).
+    let mut usr2 = signal(SignalKind::user_defined2())?;
+    tokio::spawn(async move {
+        while usr2.recv().await.is_some() {
+            tracing::warn!("SIGUSR2 ignored: upgrades are made by `policy-kernel supervise` (send it SIGUSR2, or run `policy-kernel upgrade`)");
+        }
+    });
     tokio::spawn(async move {
         tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
         tracing::info!("shutting down: draining in-flight streams");

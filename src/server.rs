@@ -47,6 +47,9 @@ pub enum ServeError {
 pub struct Listeners {
     tcp: Option<TcpListener>,
     unix: Option<UnixListener>,
+    /// Whether the socket file is this process's to remove when serving
+    /// ends: not when the listener was inherited (`supervise` owns it).
+    owns_socket_file: bool,
 }
 
 impl Listeners {
@@ -65,7 +68,51 @@ impl Listeners {
             Some(path) => Some(bind_unix(path).await?),
             None => None,
         };
-        Ok(Self { tcp, unix })
+        Ok(Self {
+            tcp,
+            unix,
+            owns_socket_file: true,
+        })
+    }
+
+    /// Listeners inherited from `policy-kernel supervise`, which owns them:
+    /// the socket file is left in place when serving ends.
+    pub fn inherited(
+        unix: Option<std::os::unix::net::UnixListener>,
+        tcp: Option<std::net::TcpListener>,
+    ) -> std::io::Result<Self> {
+        let unix = unix
+            .map(|l| {
+                l.set_nonblocking(true)?;
+                UnixListener::from_std(l)
+            })
+            .transpose()?;
+        let tcp = tcp
+            .map(|l| {
+                l.set_nonblocking(true)?;
+                TcpListener::from_std(l)
+            })
+            .transpose()?;
+        Ok(Self {
+            tcp,
+            unix,
+            owns_socket_file: false,
+        })
+    }
+
+    /// The listeners as standard ones, to hand to child processes.
+    pub fn into_std(
+        self,
+    ) -> std::io::Result<(Option<std::os::unix::net::UnixListener>, Option<std::net::TcpListener>)> {
+        let unix = self.unix.map(UnixListener::into_std).transpose()?;
+        let tcp = self.tcp.map(TcpListener::into_std).transpose()?;
+        Ok((unix, tcp))
+    }
+
+    /// Whether serving ends by removing the socket file (false when the
+    /// listener was inherited).
+    pub fn owns_socket_file(&self) -> bool {
+        self.owns_socket_file
     }
 
     /// The bound TCP address; `None` without a TCP listener.
@@ -202,7 +249,7 @@ pub async fn serve(
         }
         None => None,
     };
-    let unix_path = config.server.socket_path.clone();
+    let unix_path = config.server.socket_path.clone().filter(|_| listeners.owns_socket_file);
     let allowed = config.server.allowed_peer_uids.clone();
     let unix = listeners.unix.map(|l| {
         let incoming = policy_net::incoming(l).filter(move |conn| {

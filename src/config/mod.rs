@@ -7,12 +7,14 @@
 //! policy, params outside a policy's schema) are not errors here: the snapshot
 //! marks such routes invalid and the rest is served.
 
+mod generations;
 mod management;
 mod params;
 mod types;
 
 use std::path::Path;
 
+pub use generations::GenerationsConfig;
 pub use management::ManagementConfig;
 pub use params::encode_params;
 pub use types::*;

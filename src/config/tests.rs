@@ -272,3 +272,38 @@ fn otlp_endpoints_must_be_plain_http_urls() {
         assert!(e.contains("line 4"), "{bad}: {e}");
     }
 }
+
+#[test]
+fn generations_defaults_and_refusals() {
+    let base = "policy_kernel:\n  server:\n    socket_path: /run/pk/kernel.sock\n";
+    let cfg = parse(base).expect("defaults");
+    let g = &cfg.server.generations;
+    assert_eq!(g.ready_timeout_ms, 30_000);
+    assert_eq!(g.header, None);
+    assert_eq!(
+        g.control_socket(cfg.server.socket_path.as_deref()),
+        Some(std::path::PathBuf::from("/run/pk/kernel.sock.control"))
+    );
+    let with = |lines: &str| parse(&format!("{base}    generations:\n{lines}"));
+    let cfg =
+        with("      header: x-policy-kernel-generation\n      control_socket: /run/pk/ctl.sock\n").expect("valid");
+    assert_eq!(
+        cfg.server.generations.header.as_deref(),
+        Some("x-policy-kernel-generation")
+    );
+    assert_eq!(
+        cfg.server.generations.control_socket(None),
+        Some(std::path::PathBuf::from("/run/pk/ctl.sock"))
+    );
+    for (lines, field) in [
+        ("      header: X-Gen\n", "generations.header"),
+        ("      header: \"bad header\"\n", "generations.header"),
+        ("      header: \":status\"\n", "generations.header"),
+        ("      ready_timeout_ms: 10\n", "generations.ready_timeout_ms"),
+        ("      control_socket: \"\"\n", "generations.control_socket"),
+    ] {
+        let err = with(lines).expect_err(lines).to_string();
+        assert!(err.contains(field), "{lines}: {err}");
+    }
+    assert!(with("      surprise: 1\n").is_err(), "unknown keys are refused");
+}

@@ -105,6 +105,8 @@ pub struct ServerConfig {
     /// is switched to buffer by the kernel is not held to that limit.
     /// Default 1048576, at most 15728640 (the agent call limit is 16 MiB).
     pub max_request_body_bytes: u64,
+    /// Generations under `policy-kernel supervise` and the generation header.
+    pub generations: super::GenerationsConfig,
 }
 
 impl Default for ServerConfig {
@@ -121,6 +123,7 @@ impl Default for ServerConfig {
             drain_timeout_ms: 5000,
             worker_threads: 0,
             max_request_body_bytes: 1024 * 1024,
+            generations: Default::default(),
         }
     }
 }
@@ -524,6 +527,7 @@ impl KernelConfig {
                 s.max_concurrent_streams != n.max_concurrent_streams,
             ),
             ("server.drain_timeout_ms", s.drain_timeout_ms != n.drain_timeout_ms),
+            ("server.generations", s.generations != n.generations),
             ("observability.metrics_port", o.metrics_port != m.metrics_port),
             ("observability.metrics_address", o.metrics_address != m.metrics_address),
             ("observability.tracing.enabled", t.enabled != u.enabled),
@@ -707,6 +711,7 @@ impl ServerConfig {
                 return Err(invalid(format!("{f}.route_name_header"), "not a header name", None));
             }
         }
+        self.generations.validate(&format!("{f}.generations"))?;
         Ok(())
     }
 }

@@ -32,12 +32,15 @@ pub const ROUTE_METADATA: &str = "x-route-name";
 #[derive(Debug, Clone)]
 pub struct ExtProc {
     kernel: Arc<Kernel>,
+    /// The generation header, when configured (`server.generations.header`).
+    tag: Option<Arc<crate::upgrade::tag::Tag>>,
 }
 
 impl ExtProc {
     /// A service over `kernel`.
     pub fn new(kernel: Arc<Kernel>) -> Self {
-        Self { kernel }
+        let tag = crate::upgrade::tag::Tag::from_config(&kernel.snapshot().config.server, crate::upgrade::generation());
+        Self { kernel, tag }
     }
 
     /// The tonic server wrapper, with message limits raised for buffered bodies.
@@ -67,24 +70,35 @@ impl ExternalProcessor for ExtProc {
         let permit = self.kernel.try_stream();
         let mut session = Session::new(Arc::clone(&self.kernel), hint, permit);
         let mut inbound = request.into_inner();
+        // Every answer gets the generation header when it is configured.
+        let tag = self.tag.clone();
+        let answer = move |mut resp: ProcessingResponse| {
+            if let Some(t) = &tag {
+                t.apply(&mut resp);
+            }
+            resp
+        };
         // When the first message came with the stream's headers (Envoy sends
         // them together), it is answered before the response is returned, so
         // that the response headers leave in the same write as the first
         // answer and Envoy wakes once for both. A client that waits for the
         // response headers before sending gets them at once.
         let first = match inbound.message().now_or_never() {
-            Some(Ok(Some(msg))) => Some(Ok(session.handle(msg).await)),
+            Some(Ok(Some(msg))) => Some(Ok(answer(session.handle(msg).await))),
             // End of stream or reset by Envoy: a normal end.
             Some(Ok(None) | Err(_)) => return Ok(Response::new(Box::pin(futures::stream::empty()))),
             None => None,
         };
-        let rest = futures::stream::unfold((inbound, session), |(mut inbound, mut session)| async move {
-            match inbound.message().await {
-                Ok(Some(msg)) => {
-                    let resp = session.handle(msg).await;
-                    Some((Ok(resp), (inbound, session)))
+        let rest = futures::stream::unfold((inbound, session), move |(mut inbound, mut session)| {
+            let answer = answer.clone();
+            async move {
+                match inbound.message().await {
+                    Ok(Some(msg)) => {
+                        let resp = answer(session.handle(msg).await);
+                        Some((Ok(resp), (inbound, session)))
+                    }
+                    Ok(None) | Err(_) => None,
                 }
-                Ok(None) | Err(_) => None,
             }
         });
         let stream = futures::stream::iter(first).chain(rest);

@@ -85,7 +85,7 @@ impl EnvoyOpts {
     }
 }
 
-fn envoy_config(kernel_socket: &Path, upstream: u16, o: &EnvoyOpts) -> String {
+pub fn envoy_config(kernel_socket: &Path, upstream: u16, o: &EnvoyOpts) -> String {
     let routes: String = o
         .routes
         .iter()
@@ -621,7 +621,7 @@ pub async fn hit(client: &reqwest::Client, base: &str, id: u64, req: Req, t0: In
             let status = r.status().as_u16();
             let headers = r.headers().clone();
             let body = r.text().await.unwrap_or_default();
-            let tags = ["x-gate", "x-lat", "x-body-included", "x-seen"]
+            let tags = super::supervise::TAGGED
                 .iter()
                 .filter_map(|h| {
                     // Echoed request headers (the upstream's JSON) or response headers.

@@ -24,6 +24,7 @@ pub mod management;
 pub mod redis;
 pub mod reference;
 pub mod sse_upstream;
+pub mod supervise;
 #[allow(unused_imports)]
 pub use envoy::Envoy;
 
@@ -254,16 +255,29 @@ impl KernelProc {
 
     /// Like `start_with`, with extra environment variables for the process.
     pub fn start_env(dir: &Path, server: &str, body: &str, env: &[(&str, &str)]) -> Self {
-        Self::launch(dir, server, body, env, None)
+        Self::launch(dir, server, body, env, None, &[])
+    }
+
+    /// Like `start_with`, the kernel run by `policy-kernel supervise` (the
+    /// process is the parent; the generations are its children).
+    pub fn start_supervised(dir: &Path, server: &str, body: &str) -> Self {
+        Self::launch(dir, server, body, &[], None, &["supervise"])
     }
 
     /// Like `start`, with the process's standard output going to `stdout`
     /// instead of the log file (standard error still goes there).
     pub fn start_with_stdout(dir: &Path, body: &str, stdout: Stdio) -> Self {
-        Self::launch(dir, "", body, &[], Some(stdout))
+        Self::launch(dir, "", body, &[], Some(stdout), &[])
     }
 
-    fn launch(dir: &Path, server: &str, body: &str, env: &[(&str, &str)], stdout: Option<Stdio>) -> Self {
+    fn launch(
+        dir: &Path,
+        server: &str,
+        body: &str,
+        env: &[(&str, &str)],
+        stdout: Option<Stdio>,
+        args: &[&str],
+    ) -> Self {
         let socket = dir.join("kernel.sock");
         let config = dir.join("kernel.yaml");
         let metrics_port = free_port();
@@ -282,7 +296,8 @@ impl KernelProc {
         };
         k.write_config(body);
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_policy-kernel"));
-        cmd.arg(format!("--config={}", k.config.display()))
+        cmd.args(args)
+            .arg(format!("--config={}", k.config.display()))
             .envs(env.iter().copied());
         k.proc = match stdout {
             Some(out) => {
