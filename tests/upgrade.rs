@@ -11,37 +11,14 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use support::chaos::{gate_request, ALLOW, DENY, GATE};
 use support::load::*;
 use support::supervise::*;
 use support::{workdir, Envoy, KernelProc, TestAgent, Upstream};
 
-/// `kind` of a request without a token: the agent answers 401.
-const DENY: u8 = 1;
-/// `kind` of a request with a token: it reaches the upstream.
-const ALLOW: u8 = 0;
-
-/// The fail-closed gate: 401 without `x-token`, else tags the request.
-const GATE: &str = r#"policies:
-  - name: gate
-    rules:
-      - when: {header_absent: x-token}
-        request:
-          - immediate: {status: 401, body: "no token", reason: authentication_failed}
-    request:
-      - set_header: {name: x-gate, value: passed}
-"#;
-
 /// The kernel's `server:` lines: the generation header on, a drain long
 /// enough for every stream in flight.
 const SERVER: &str = "    drain_timeout_ms: 5000\n    generations:\n      header: x-policy-kernel-generation\n";
-
-fn gate_request(i: usize) -> Req {
-    if i.is_multiple_of(3) {
-        Req::get(format!("/gate/{i}"), DENY)
-    } else {
-        Req::get(format!("/gate/{i}"), ALLOW).header("x-token", "t")
-    }
-}
 
 /// The right answer for a gate request: 401 from the agent without a token,
 /// the upstream (tagged by the policy) with one.
