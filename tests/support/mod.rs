@@ -19,6 +19,7 @@ pub mod extproc;
 pub mod h2raw;
 pub mod load;
 pub mod management;
+pub mod procs;
 /// The agents' redis-server helper, shared (one file for both packages).
 #[path = "../../agents/tests/common/redis_server.rs"]
 pub mod redis;
