@@ -15,7 +15,7 @@ mod support;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use support::reference::{agents_section, logs, until_agents_healthy, RefAgent};
+use support::reference::{agents_section, budget_verdict, logs, until_agents_healthy, RefAgent};
 use support::sse_upstream::{Script, SseUpstream};
 use support::*;
 
@@ -132,10 +132,6 @@ fn openai(calls: &[(&str, Value)]) -> Value {
         "message": {"role": "assistant", "content": null, "tool_calls": calls}}]})
 }
 
-fn json_of(got: &Got) -> Value {
-    serde_json::from_str(&got.body).unwrap_or_else(|e| panic!("not JSON ({e}): {} {}", got.status, got.body))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn planned_tool_calls_through_envoy() {
     let s = Stack::start().await;
@@ -162,7 +158,7 @@ async fn planned_tool_calls_through_envoy() {
         let plan = openai(&[("search", json!({"q": "x"})), (tool, args.clone())]);
         let got = s.post("body", &format!("block-{i}"), &plan).await;
         assert_eq!(got.status, 403, "{check}: {}\n{}", got.body, s.diag());
-        let b = json_of(&got);
+        let b = got.json();
         assert_eq!(b["reason"], "plan_rejected", "{b}");
         assert_eq!(b["call"]["index"], 1, "{b}");
         assert_eq!(b["call"]["id"], "call_1", "{b}");
@@ -183,14 +179,14 @@ async fn planned_tool_calls_through_envoy() {
     );
     let got = s.post("body", "steps", &many).await;
     assert_eq!(got.status, 403);
-    assert_eq!(json_of(&got)["call"]["check"], "step_limit");
+    assert_eq!(got.json()["call"]["check"], "step_limit");
 
     // Strip: the bad calls go, the good one stays; the client gets valid JSON.
     for (i, (tool, args, check)) in bad.iter().enumerate() {
         let plan = openai(&[(tool, args.clone()), ("search", json!({"q": "x"}))]);
         let got = s.post("chain", &format!("strip-{i}"), &plan).await;
         assert_eq!(got.status, 200, "{check}: {}\n{}", got.body, s.diag());
-        let b = json_of(&got);
+        let b = got.json();
         let calls = b["choices"][0]["message"]["tool_calls"].as_array().expect("calls left");
         assert_eq!(calls.len(), 1, "{check}: {b}");
         assert_eq!(calls[0]["id"], "call_1");
@@ -200,7 +196,7 @@ async fn planned_tool_calls_through_envoy() {
     let got = s
         .post("chain", "strip-all", &openai(&[("delete_repo", json!({}))]))
         .await;
-    let b = json_of(&got);
+    let b = got.json();
     assert!(b["choices"][0]["message"].get("tool_calls").is_none(), "{b}");
     assert_eq!(b["choices"][0]["finish_reason"], "stop");
     // Anthropic-style tool_use blocks.
@@ -209,7 +205,7 @@ async fn planned_tool_calls_through_envoy() {
         {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {"path": "/srv/data/../../etc/passwd"}}
     ]});
     let got = s.post("chain", "strip-anthropic", &anthropic).await;
-    let b = json_of(&got);
+    let b = got.json();
     assert_eq!(b["content"], json!([{"type": "text", "text": "Reading it."}]), "{b}");
     assert_eq!(b["stop_reason"], "end_turn");
 
@@ -473,7 +469,7 @@ async fn futile_sessions_are_halted() {
     let four = vec![fail.clone(), fail.clone(), fail.clone(), fail];
     let got = post("loop", with_history(&four)).await;
     assert_eq!(got.status, 409, "{}", got.body);
-    let b = json_of(&got);
+    let b = got.json();
     assert_eq!(b["reason"], "futility_detected");
     assert_eq!(b["pattern"], "repeated_failure");
     assert_eq!(b["tool"], "build");
@@ -483,7 +479,7 @@ async fn futile_sessions_are_halted() {
     let bb = ("checkout", "{\"branch\": \"b\"}".to_string(), "on b".to_string());
     let got = post("swing", with_history(&[a.clone(), bb.clone(), a, bb])).await;
     assert_eq!(got.status, 409, "{}", got.body);
-    assert_eq!(json_of(&got)["pattern"], "oscillation");
+    assert_eq!(got.json()["pattern"], "oscillation");
 
     // Stagnation: the same history, nothing new, 3 turns after the first.
     let same = with_history(&[("search", "{}".to_string(), "no results".to_string())]);
@@ -522,14 +518,7 @@ async fn context_budget_verdicts_then_429() {
             Some(&body),
         )
         .await;
-        match got.status {
-            200 => verdicts.push(got.header("x-context-budget").unwrap_or("-").to_string()),
-            429 => {
-                assert_eq!(json_of(&got)["reason"], "context_budget_exceeded");
-                verdicts.push("429".to_string());
-            }
-            other => panic!("{other}: {}\n{}", got.body, s.diag()),
-        }
+        verdicts.push(budget_verdict(&got, || s.diag()));
     }
     assert_eq!(verdicts, ["ok", "delegate", "checkpoint", "summarize", "429"]);
 

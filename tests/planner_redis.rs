@@ -13,9 +13,9 @@ mod support;
 
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::json;
 use support::redis::Redis;
-use support::reference::{agents_section, logs, until_agents_healthy, RefAgent};
+use support::reference::{agents_section, budget_verdict, logs, until_agents_healthy, RefAgent};
 use support::sse_upstream::{Script, SseUpstream};
 use support::*;
 
@@ -115,10 +115,6 @@ fn stuck() -> String {
     .to_string()
 }
 
-fn json_of(got: &Got) -> Value {
-    serde_json::from_str(&got.body).unwrap_or_else(|e| panic!("not JSON ({e}): {} {}", got.status, got.body))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_planner_agents_share_one_session_through_redis() {
     let s = Stack::start().await;
@@ -132,7 +128,7 @@ async fn two_planner_agents_share_one_session_through_redis() {
         let got = s.post(route, "split-loop", &stuck()).await;
         statuses.push(got.status);
         if got.status == 409 {
-            let b = json_of(&got);
+            let b = got.json();
             assert_eq!(b["reason"], "futility_detected", "{b}");
             assert_eq!(b["pattern"], "stagnation", "{b}");
         }
@@ -149,14 +145,7 @@ async fn two_planner_agents_share_one_session_through_redis() {
     let mut verdicts = Vec::new();
     for route in ["conflict", "chain", "conflict", "chain", "conflict"] {
         let got = s.post(route, "split-budget", &body).await;
-        match got.status {
-            200 => verdicts.push(got.header("x-context-budget").unwrap_or("-").to_string()),
-            429 => {
-                assert_eq!(json_of(&got)["reason"], "context_budget_exceeded");
-                verdicts.push("429".to_string());
-            }
-            other => panic!("{other}: {}\n{}", got.body, s.diag()),
-        }
+        verdicts.push(budget_verdict(&got, || s.diag()));
     }
     assert_eq!(verdicts, ["ok", "delegate", "checkpoint", "summarize", "429"]);
 
@@ -180,7 +169,7 @@ async fn redis_down_mid_run_fails_closed_with_a_named_error() {
     for route in ["flaky", "body"] {
         let got = s.post(route, "outage", &stuck()).await;
         assert_eq!(got.status, 503, "{route}: {}\n{}", got.body, s.diag());
-        let b = json_of(&got);
+        let b = got.json();
         assert_eq!(b["reason"], "session_store_unavailable", "{b}");
         assert_eq!(b["error"], "futilityGuard: the session store is unavailable", "{b}");
         assert_eq!(got.header("retry-after"), Some("1"));

@@ -490,6 +490,10 @@ impl Got {
     pub fn echo(&self) -> serde_json::Value {
         serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not an echo ({e}): {} {}", self.status, self.body))
     }
+    /// The body as JSON (panics when it is not).
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {} {}", self.status, self.body))
+    }
     pub fn echoed_header(&self, name: &str) -> Option<String> {
         self.echo()["headers"][name].as_str().map(String::from)
     }

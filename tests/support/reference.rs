@@ -72,3 +72,17 @@ pub async fn until_agents_healthy(kernel: &KernelProc, count: usize) {
 pub fn logs(kernel: &KernelProc, envoy: &Envoy) -> String {
     format!("--- kernel ---\n{}\n--- envoy ---\n{}", kernel.log(), envoy.log())
 }
+
+/// `contextBudget`'s verdict on one answer: its `x-context-budget` header
+/// on a 200, `"429"` on the hard limit (whose reason it checks); any other
+/// status fails the test with `diag`.
+pub fn budget_verdict(got: &super::Got, diag: impl FnOnce() -> String) -> String {
+    match got.status {
+        200 => got.header("x-context-budget").unwrap_or("-").to_string(),
+        429 => {
+            assert_eq!(got.json()["reason"], "context_budget_exceeded", "{}", got.body);
+            "429".to_string()
+        }
+        other => panic!("{other}: {}\n{}", got.body, diag()),
+    }
+}
