@@ -130,17 +130,12 @@ fn call<'a>(
     let req_len = request_data_len(request, &request.body, &query);
     let resp_len = response.map(|r| response_data_len(r, &r.body));
     let mut w = Writer::with_capacity(
-        str_len(CALL_REQUEST_ID, request_id)
-            + policies.clone().map(|p| msg_len(CALL_POLICIES, p.len())).sum::<usize>()
+        head_len(request_id, policies.clone())
             + msg_len(CALL_REQUEST_DATA, req_len)
             + resp_len.map_or(0, |n| msg_len(CALL_RESPONSE_DATA, n))
             + map_len(meta_field, meta()),
     );
-    w.str(CALL_REQUEST_ID, request_id);
-    for p in policies {
-        w.msg(CALL_POLICIES, p.len());
-        w.raw(p);
-    }
+    w.head(request_id, policies);
     w.msg(CALL_REQUEST_DATA, req_len);
     w.request_data(request, &request.body, &query, req_len);
     if let (Some(r), Some(n)) = (response, resp_len) {
@@ -199,20 +194,22 @@ pub struct Chunk<'a> {
 /// generated message but for `deadline_ms`, which comes last.
 pub fn chunk_call<'a>(policies: impl Iterator<Item = &'a Bytes> + Clone, c: &Chunk<'_>) -> EncodedCall {
     let meta = || c.meta.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+    // At most what goes into the buffer: events are segments, only their
+    // keys and lengths are written (scalars are counted even when skipped).
     let mut w = Writer::with_capacity(
-        str_len(CALL_REQUEST_ID, c.request_id)
-            + policies.clone().map(|p| msg_len(CALL_POLICIES, p.len())).sum::<usize>()
+        head_len(c.request_id, policies.clone())
             + c.context.len()
-            + 24
-            + c.events.len() * 6
+            + prost::encoding::uint64::encoded_len(CHUNK_SEQUENCE, &c.sequence)
+            + prost::encoding::int32::encoded_len(CHUNK_FRAMING, &c.framing)
+            + c.events
+                .iter()
+                .map(|e| msg_len(CHUNK_EVENTS, e.len()) - e.len())
+                .sum::<usize>()
+            + bool_len(CHUNK_END_OF_STREAM, true)
             + c.states.iter().map(|s| msg_len(CHUNK_STATE, s.len())).sum::<usize>()
             + map_len(CHUNK_METADATA, meta()),
     );
-    w.str(CALL_REQUEST_ID, c.request_id);
-    for p in policies {
-        w.msg(CALL_POLICIES, p.len());
-        w.raw(p);
-    }
+    w.head(c.request_id, policies);
     w.raw(c.context);
     if c.sequence != 0 {
         prost::encoding::uint64::encode(CHUNK_SEQUENCE, &c.sequence, &mut w.buf);
@@ -249,6 +246,12 @@ const REPEATED: u32 = 1;
 const HV_KEY: u32 = 1;
 const HV_VALUE: u32 = 2;
 const HV_RAW_VALUE: u32 = 3;
+
+/// Length of the fields every call starts with: its request id and its
+/// pre-encoded policies.
+fn head_len<'a>(request_id: &str, policies: impl Iterator<Item = &'a Bytes>) -> usize {
+    str_len(CALL_REQUEST_ID, request_id) + policies.map(|p| msg_len(CALL_POLICIES, p.len())).sum::<usize>()
+}
 
 /// Length of a length-delimited field holding `n` bytes, skipped when empty.
 fn bytes_len(tag: u32, n: usize) -> usize {
@@ -356,6 +359,15 @@ impl Writer {
     fn msg(&mut self, tag: u32, n: usize) {
         self.key(tag, WireType::LengthDelimited);
         encode_varint(n as u64, &mut self.buf);
+    }
+
+    /// The fields every call starts with ([`head_len`]).
+    fn head<'a>(&mut self, request_id: &str, policies: impl Iterator<Item = &'a Bytes>) {
+        self.str(CALL_REQUEST_ID, request_id);
+        for p in policies {
+            self.msg(CALL_POLICIES, p.len());
+            self.raw(p);
+        }
     }
 
     fn bytes(&mut self, tag: u32, b: &[u8]) {
