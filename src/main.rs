@@ -211,7 +211,7 @@ async fn serve(path: PathBuf, mut cfg: config::KernelConfig, mut inherited: Opti
     let drain = Duration::from_millis(cfg.server.drain_timeout_ms);
     let socket = cfg.server.socket_path.clone();
     let listeners = match inherited.as_mut() {
-        Some(i) => server::Listeners::inherited(i.ext_proc_unix.take(), i.ext_proc_tcp.take())?,
+        Some(i) => server::Listeners::inherited(i.sockets.ext_proc_unix.take(), i.sockets.ext_proc_tcp.take())?,
         None => server::Listeners::bind(addr, socket.as_deref()).await?,
     };
     let owns_socket_file = listeners.owns_socket_file();
@@ -233,7 +233,7 @@ async fn serve(path: PathBuf, mut cfg: config::KernelConfig, mut inherited: Opti
         }
         None => None,
     };
-    if let Some(l) = inherited.as_mut().and_then(|i| i.metrics.take()) {
+    if let Some(l) = inherited.as_mut().and_then(|i| i.sockets.metrics.take()) {
         let at = admin.clone().spawn_on(l).context("the inherited metrics listener")?;
         tracing::info!(address = %at, "metrics and health endpoints");
     } else if metrics_on {

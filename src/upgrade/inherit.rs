@@ -2,7 +2,7 @@
 //! `policy-kernel supervise`, and the readiness pipe.
 
 use std::io::Write;
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use super::{LISTEN_FDS_ENV, READY_FD_ENV};
 
@@ -23,19 +23,47 @@ pub struct InheritError {
     pub reason: String,
 }
 
-/// What a generation got from its parent.
+/// The listening sockets `supervise` owns and each generation inherits.
 #[derive(Debug, Default)]
-pub struct Inherited {
+pub struct Sockets {
     /// The ext_proc Unix socket (`server.socket_path`).
     pub ext_proc_unix: Option<std::os::unix::net::UnixListener>,
     /// The ext_proc TCP listener.
     pub ext_proc_tcp: Option<std::net::TcpListener>,
     /// The metrics and health listener.
     pub metrics: Option<std::net::TcpListener>,
+}
+
+impl Sockets {
+    /// The [`LISTEN_FDS_ENV`] value naming these sockets (what
+    /// [`Inherited::take`] reads back), and their descriptors.
+    pub fn listen_fds(&self) -> (String, Vec<RawFd>) {
+        let named = [
+            (EXT_PROC_UNIX, self.ext_proc_unix.as_ref().map(|l| l.as_raw_fd())),
+            (EXT_PROC_TCP, self.ext_proc_tcp.as_ref().map(|l| l.as_raw_fd())),
+            (METRICS, self.metrics.as_ref().map(|l| l.as_raw_fd())),
+        ];
+        let present: Vec<(&str, RawFd)> = named.iter().filter_map(|(n, fd)| fd.map(|fd| (*n, fd))).collect();
+        let text = present
+            .iter()
+            .map(|(n, fd)| format!("{n}={fd}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        (text, present.into_iter().map(|(_, fd)| fd).collect())
+    }
+}
+
+/// What a generation got from its parent.
+#[derive(Debug, Default)]
+pub struct Inherited {
+    /// The listening sockets.
+    pub sockets: Sockets,
     ready: Option<std::fs::File>,
 }
 
-fn socket_fd(var: &'static str, name: &str, fd: RawFd) -> Result<OwnedFd, InheritError> {
+/// An inherited descriptor `fd`, checked to be open and, when `socket`, a
+/// socket (the readiness pipe is not).
+fn inherited_fd(var: &'static str, name: &str, fd: RawFd, socket: bool) -> Result<OwnedFd, InheritError> {
     let err = |reason: String| InheritError { var, reason };
     if fd < 3 {
         return Err(err(format!("{name}={fd}: not an inherited descriptor")));
@@ -45,7 +73,7 @@ fn socket_fd(var: &'static str, name: &str, fd: RawFd) -> Result<OwnedFd, Inheri
     if unsafe { libc::fstat(fd, &mut st) } != 0 {
         return Err(err(format!("{name}={fd}: {}", std::io::Error::last_os_error())));
     }
-    if st.st_mode & libc::S_IFMT != libc::S_IFSOCK && name != "ready" {
+    if socket && st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
         return Err(err(format!("{name}={fd}: not a socket")));
     }
     // SAFETY: the descriptor is open (fstat succeeded), was handed to this
@@ -74,11 +102,11 @@ impl Inherited {
                 var: LISTEN_FDS_ENV,
                 reason: format!("{pair:?} is not NAME=FD"),
             })?;
-            let fd = socket_fd(LISTEN_FDS_ENV, name, parse_fd(LISTEN_FDS_ENV, name, fd)?)?;
+            let fd = inherited_fd(LISTEN_FDS_ENV, name, parse_fd(LISTEN_FDS_ENV, name, fd)?, true)?;
             match name {
-                EXT_PROC_UNIX => out.ext_proc_unix = Some(fd.into()),
-                EXT_PROC_TCP => out.ext_proc_tcp = Some(fd.into()),
-                METRICS => out.metrics = Some(fd.into()),
+                EXT_PROC_UNIX => out.sockets.ext_proc_unix = Some(fd.into()),
+                EXT_PROC_TCP => out.sockets.ext_proc_tcp = Some(fd.into()),
+                METRICS => out.sockets.metrics = Some(fd.into()),
                 other => {
                     return Err(InheritError {
                         var: LISTEN_FDS_ENV,
@@ -88,7 +116,7 @@ impl Inherited {
             }
         }
         if let Ok(fd) = std::env::var(READY_FD_ENV) {
-            let fd = socket_fd(READY_FD_ENV, "ready", parse_fd(READY_FD_ENV, "ready", &fd)?)?;
+            let fd = inherited_fd(READY_FD_ENV, "ready", parse_fd(READY_FD_ENV, "ready", &fd)?, false)?;
             out.ready = Some(fd.into());
         }
         Ok(Some(out))

@@ -12,7 +12,8 @@ use tokio::net::UnixListener;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::watch;
 
-use super::{control, inherit, GENERATION_ENV, LISTEN_FDS_ENV, READY_FD_ENV};
+use super::inherit::Sockets;
+use super::{control, GENERATION_ENV, LISTEN_FDS_ENV, READY_FD_ENV};
 use crate::config::{self, KernelConfig};
 use crate::server;
 
@@ -23,34 +24,6 @@ const MIN_BACKOFF: Duration = Duration::from_millis(100);
 /// A generation that served this long before dying counts as a first death
 /// (replaced at once) again.
 const STABLE: Duration = Duration::from_secs(2);
-
-/// The listening sockets the parent owns and hands to each generation.
-struct Sockets {
-    ext_proc_unix: Option<std::os::unix::net::UnixListener>,
-    ext_proc_tcp: Option<std::net::TcpListener>,
-    metrics: Option<std::net::TcpListener>,
-}
-
-impl Sockets {
-    /// The `LISTEN_FDS_ENV` value and the descriptors it names.
-    fn listen_fds(&self) -> (String, Vec<RawFd>) {
-        let named = [
-            (
-                inherit::EXT_PROC_UNIX,
-                self.ext_proc_unix.as_ref().map(|l| l.as_raw_fd()),
-            ),
-            (inherit::EXT_PROC_TCP, self.ext_proc_tcp.as_ref().map(|l| l.as_raw_fd())),
-            (inherit::METRICS, self.metrics.as_ref().map(|l| l.as_raw_fd())),
-        ];
-        let present: Vec<(&str, RawFd)> = named.iter().filter_map(|(n, fd)| fd.map(|fd| (*n, fd))).collect();
-        let text = present
-            .iter()
-            .map(|(n, fd)| format!("{n}={fd}"))
-            .collect::<Vec<_>>()
-            .join(",");
-        (text, present.into_iter().map(|(_, fd)| fd).collect())
-    }
-}
 
 /// One running kernel process.
 struct Generation {
