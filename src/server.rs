@@ -189,19 +189,26 @@ async fn bind_unix(path: &Path) -> Result<UnixListener, ServeError> {
             mode & 0o7777
         ))));
     }
-    if let Ok(meta) = std::fs::symlink_metadata(path) {
-        use std::os::unix::fs::FileTypeExt;
-        if !meta.file_type().is_socket() {
-            return Err(err(std::io::Error::other("path exists and is not a socket")));
-        }
-        if tokio::net::UnixStream::connect(path).await.is_ok() {
-            return Err(err(std::io::Error::other("another process is serving on this socket")));
-        }
-        std::fs::remove_file(path).map_err(err)?;
-    }
+    clear_stale_socket(path).await.map_err(err)?;
     let listener = UnixListener::bind(path).map_err(err)?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(SOCKET_MODE)).map_err(err)?;
     Ok(listener)
+}
+
+/// Makes way for a socket at `path`: a socket file nothing answers on is
+/// removed; a live socket, or a file of another kind, is an error.
+pub(crate) async fn clear_stale_socket(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return Ok(());
+    };
+    if !meta.file_type().is_socket() {
+        return Err(std::io::Error::other("path exists and is not a socket"));
+    }
+    if tokio::net::UnixStream::connect(path).await.is_ok() {
+        return Err(std::io::Error::other("another process is serving on this socket"));
+    }
+    std::fs::remove_file(path)
 }
 
 /// Serves until `shutdown` resolves, then stops accepting and lets in-flight

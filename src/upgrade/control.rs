@@ -17,19 +17,10 @@ pub const UPGRADE: &str = "upgrade";
 /// for an upgrade). A stale socket is replaced; a live one, or another kind
 /// of file, is an error.
 pub async fn bind(path: &Path) -> anyhow::Result<UnixListener> {
-    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
-    if let Ok(meta) = std::fs::symlink_metadata(path) {
-        if !meta.file_type().is_socket() {
-            anyhow::bail!("control socket {}: exists and is not a socket", path.display());
-        }
-        if UnixStream::connect(path).await.is_ok() {
-            anyhow::bail!(
-                "control socket {}: another supervising process answers on it",
-                path.display()
-            );
-        }
-        std::fs::remove_file(path).with_context(|| format!("removing the stale control socket {}", path.display()))?;
-    }
+    use std::os::unix::fs::PermissionsExt;
+    crate::server::clear_stale_socket(path)
+        .await
+        .with_context(|| format!("control socket {}", path.display()))?;
     let listener =
         UnixListener::bind(path).with_context(|| format!("binding the control socket {}", path.display()))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
