@@ -83,6 +83,11 @@ impl Seen {
     }
 }
 
+/// Whether a value last touched at `stamp` is still alive at `now`.
+fn fresh(stamp: Instant, ttl: Duration, now: Instant) -> bool {
+    now.saturating_duration_since(stamp) <= ttl
+}
+
 /// One LRU cache of per-session values, each forgotten after its TTL idle.
 struct Sessions<V> {
     map: Mutex<LruCache<String, (V, Instant)>>,
@@ -99,7 +104,7 @@ impl<V: Default> Sessions<V> {
     fn update<R>(&self, key: &str, ttl: Duration, now: Instant, f: impl FnOnce(&mut V) -> R) -> R {
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
         let entry = map.get_or_insert_mut(key.to_string(), || (V::default(), now));
-        if now.saturating_duration_since(entry.1) > ttl {
+        if !fresh(entry.1, ttl, now) {
             entry.0 = V::default();
         }
         entry.1 = now;
@@ -109,9 +114,7 @@ impl<V: Default> Sessions<V> {
     /// Reads the value of `key`, if present and not expired.
     fn read<R>(&self, key: &str, ttl: Duration, now: Instant, f: impl FnOnce(&V) -> R) -> Option<R> {
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(key)
-            .filter(|(_, t)| now.saturating_duration_since(*t) <= ttl)
-            .map(|(v, _)| f(v))
+        map.get(key).filter(|(_, t)| fresh(*t, ttl, now)).map(|(v, _)| f(v))
     }
 
     fn len(&self) -> usize {
@@ -149,7 +152,7 @@ impl MemorySessions {
         let mut map = self.tokens.map.lock().unwrap_or_else(|e| e.into_inner());
         let used = map
             .get(session)
-            .filter(|(_, t)| now.saturating_duration_since(*t) <= ttl)
+            .filter(|(_, t)| fresh(*t, ttl, now))
             .map_or(0, |(u, _)| *u);
         let total = used.saturating_add(cost);
         if total > limit {
