@@ -17,7 +17,7 @@
 # to first byte and event latency p50/p99, and the kernel's and the agents'
 # CPU per event. Environment: PK_STREAM_SECONDS (10), PK_STREAM_CONCURRENCY
 # (100), PK_STREAM_EVENTS (20), PK_STREAM_GAP_MS (50), PK_STREAM_ROUTES (the
-# rows to run, e.g. "SE0s SKs"; default all), PK_STREAM_ROUNDS (3: how many
+# rows to run, e.g. "SE0s SKs"; default all), PK_STREAM_ROUNDS (5: how many
 # times the staggered pair runs, alternating), PK_STREAM_CALL_STREAM (false:
 # the guardrail agent's calls unary; default true, as shipped).
 set -euo pipefail
@@ -29,7 +29,7 @@ SECONDS_RUN=${PK_STREAM_SECONDS:-10}
 CONC=${PK_STREAM_CONCURRENCY:-100}
 EVENTS=${PK_STREAM_EVENTS:-20}
 GAP=${PK_STREAM_GAP_MS:-50}
-ROUNDS=${PK_STREAM_ROUNDS:-3}
+ROUNDS=${PK_STREAM_ROUNDS:-5}
 OUT=${RUN:-}
 RUN=$(mktemp -d /tmp/pk-stream.XXXXXX)
 trap 'cleanup; rm -rf "$RUN"' EXIT

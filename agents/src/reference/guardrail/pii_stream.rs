@@ -25,6 +25,7 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use super::pii::PiiParams;
@@ -48,10 +49,11 @@ struct State {
     /// Redactions so far, by type name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     counts: BTreeMap<String, usize>,
-    /// The last OpenAI-style chunk with text (its `id`, `model`, ...), to
-    /// shape a flush event.
+    /// The last OpenAI-style chunk with text, without its choices and usage
+    /// (its `id`, `model`, ...), to shape a flush event. Kept as the JSON
+    /// text it travels as: it is parsed only when a flush event is made.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    template: Option<Value>,
+    template: Option<Box<RawValue>>,
     /// A raw body held whole (JSON and other non-text bodies), or the bytes
     /// of an unfinished UTF-8 character of a text body.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -156,12 +158,7 @@ fn sse_event(st: &mut State, ev: &Bytes, p: &PiiParams, out: &mut Vec<Bytes>) ->
             }
         }
         if changed || st.template.is_none() {
-            let mut t = doc.clone();
-            if let Some(o) = t.as_object_mut() {
-                o.remove("choices");
-                o.remove("usage");
-            }
-            st.template = Some(t);
+            st.template = template(&doc)?;
         }
     } else {
         let kind = doc.get("type").and_then(Value::as_str).unwrap_or_default();
@@ -208,6 +205,21 @@ fn sse_event(st: &mut State, ev: &Bytes, p: &PiiParams, out: &mut Vec<Bytes>) ->
     Ok(any)
 }
 
+/// `doc` without its choices and usage, as JSON text.
+fn template(doc: &Value) -> Result<Option<Box<RawValue>>, PolicyError> {
+    let Some(o) = doc.as_object() else {
+        return Ok(None);
+    };
+    let rest: serde_json::Map<String, Value> = o
+        .iter()
+        .filter(|(k, _)| *k != "choices" && *k != "usage")
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    serde_json::value::to_raw_value(&rest)
+        .map(Some)
+        .map_err(|e| PolicyError::new(format!("stream state: {e}")))
+}
+
 /// An Anthropic-style text delta for block `key` (`a<index>`).
 fn anthropic_delta(key: &str, text: &str) -> Bytes {
     let index: u64 = key[1..].parse().unwrap_or(0);
@@ -229,7 +241,10 @@ fn flush_all(st: &mut State, p: &PiiParams) -> Result<Vec<Bytes>, PolicyError> {
             continue;
         }
         let index: u64 = key[1..].parse().unwrap_or(0);
-        let mut doc = st.template.clone().unwrap_or_else(|| serde_json::json!({}));
+        let mut doc = match &st.template {
+            Some(t) => serde_json::from_str(t.get()).map_err(|e| PolicyError::new(format!("stream state: {e}")))?,
+            None => serde_json::json!({}),
+        };
         if let Some(o) = doc.as_object_mut() {
             o.insert(
                 "choices".into(),

@@ -170,3 +170,25 @@ fn the_held_tail_is_bounded() {
     let long = "x".repeat(1000);
     assert_eq!(long.len() - hold_from(&long), MAX_HOLD);
 }
+
+#[test]
+fn a_flush_event_has_the_shape_of_the_streams_chunks() {
+    let first = "data: {\"id\":\"c7\",\"object\":\"chat.completion.chunk\",\"model\":\"m\",\"usage\":{\"total_tokens\":3},\"choices\":[{\"index\":0,\"delta\":{\"content\":\"dial 555-\"}}]}\n\n";
+    let (out, _) = run(
+        Framing::SseEvent,
+        "text/event-stream",
+        &[vec![first], vec!["data: [DONE]\n\n"]],
+    );
+    let flush = out
+        .split("\n\n")
+        .filter(|e| !e.is_empty())
+        .nth(1)
+        .expect("a flush event before [DONE]");
+    let v: serde_json::Value = serde_json::from_str(&sse::data(flush.as_bytes()).unwrap()).unwrap();
+    assert_eq!(v["id"], "c7", "{flush}");
+    assert_eq!(v["object"], "chat.completion.chunk");
+    assert_eq!(v["model"], "m");
+    assert!(v.get("usage").is_none(), "usage is not repeated: {flush}");
+    assert_eq!(v["choices"][0]["delta"]["content"], "555-");
+    assert!(out.ends_with("data: [DONE]\n\n"));
+}
