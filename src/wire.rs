@@ -11,8 +11,8 @@
 //! the call). An agent decodes it as the generated message, field for field
 //! (the tests below decode every shape and compare). Calls on a streamed
 //! response body ([`chunk_call`]) copy in the request and response headers
-//! encoded once per stream ([`chunk_context`]) and carry their events as
-//! segments.
+//! encoded once per stream ([`chunk_context`]) and carry their events and
+//! the policies' states as segments.
 //!
 //! Fields are written in field-number order, empty scalars skipped and
 //! message fields always present, as prost writes them. Two differences, both
@@ -184,7 +184,8 @@ pub struct Chunk<'a> {
     pub events: &'a [Bytes],
     /// Whether this is the last call of the stream.
     pub end_of_stream: bool,
-    /// The group's policy states from their last reply.
+    /// The group's policy states from their last reply: segments of the
+    /// call, not copied.
     pub states: &'a [Bytes],
     /// Metadata so far.
     pub meta: &'a Metadata,
@@ -194,8 +195,9 @@ pub struct Chunk<'a> {
 /// generated message but for `deadline_ms`, which comes last.
 pub fn chunk_call<'a>(policies: impl Iterator<Item = &'a Bytes> + Clone, c: &Chunk<'_>) -> EncodedCall {
     let meta = || c.meta.iter().map(|(k, v)| (k.as_str(), v.as_str()));
-    // At most what goes into the buffer: events are segments, only their
-    // keys and lengths are written (scalars are counted even when skipped).
+    // At most what goes into the buffer: events and states are segments,
+    // only their keys and lengths are written (scalars are counted even when
+    // skipped).
     let mut w = Writer::with_capacity(
         head_len(c.request_id, policies.clone())
             + c.context.len()
@@ -206,7 +208,10 @@ pub fn chunk_call<'a>(policies: impl Iterator<Item = &'a Bytes> + Clone, c: &Chu
                 .map(|e| msg_len(CHUNK_EVENTS, e.len()) - e.len())
                 .sum::<usize>()
             + bool_len(CHUNK_END_OF_STREAM, true)
-            + c.states.iter().map(|s| msg_len(CHUNK_STATE, s.len())).sum::<usize>()
+            + c.states
+                .iter()
+                .map(|s| msg_len(CHUNK_STATE, s.len()) - s.len())
+                .sum::<usize>()
             + map_len(CHUNK_METADATA, meta()),
     );
     w.head(c.request_id, policies);
@@ -222,8 +227,7 @@ pub fn chunk_call<'a>(policies: impl Iterator<Item = &'a Bytes> + Clone, c: &Chu
     }
     w.bool(CHUNK_END_OF_STREAM, c.end_of_stream);
     for s in c.states {
-        w.msg(CHUNK_STATE, s.len());
-        w.raw(s);
+        w.segment(CHUNK_STATE, s);
     }
     w.map(CHUNK_METADATA, meta());
     w.finish(CHUNK_DEADLINE)
