@@ -105,10 +105,7 @@ fn judge_kill_run(r: &mut Report, run: &KillRun, prefix: &str) -> Vec<Option<Dur
     let (details, missing) = details_of(&run.stack.envoy, a);
     r.fig(&format!("{prefix}envoy_details_non2xx"), &details);
     let no_answer = a.iter().filter(|x| x.cause == Cause::NoAnswer).count();
-    let deny_ok = a
-        .iter()
-        .filter(|x| x.kind == DENY && (200..300).contains(&x.status))
-        .count();
+    let deny_ok = denied_let_through(a);
     let allowed = [
         Cause::Upstream,
         Cause::AgentDenied,
@@ -251,14 +248,7 @@ async fn agent_kill_restart_under_load() {
 async fn kernel_sigkill_under_load() {
     let _one = exclusive().await;
     let mut r = Report::new("2_kernel_sigkill");
-    let (total, rate, kills) = pick(
-        (2400, 200.0, vec![Duration::from_secs(3), Duration::from_secs(8)]),
-        (
-            15_000,
-            500.0,
-            vec![Duration::from_secs(8), Duration::from_secs(16), Duration::from_secs(24)],
-        ),
-    );
+    let (total, rate, kills) = kill_schedule();
     r.fig(
         "setup",
         format!("{total} requests at {rate} rps through Envoy (gate route, fail closed); kernel SIGKILLed at {kills:?} and started again at once on the same config (as supervisord autorestart does)"),
@@ -322,10 +312,7 @@ async fn kernel_sigkill_under_load() {
     let (details, missing) = details_of(&stack.envoy, &answers);
     r.fig("envoy_details_non2xx", &details);
     let no_answer = causes.get(&Cause::NoAnswer).copied().unwrap_or(0);
-    let deny_ok = answers
-        .iter()
-        .filter(|x| x.kind == DENY && (200..300).contains(&x.status))
-        .count();
+    let deny_ok = denied_let_through(&answers);
     let allowed = [
         Cause::Upstream,
         Cause::AgentDenied,

@@ -45,6 +45,19 @@ fn failure_reason(log: &str, request_id: &str) -> String {
         .unwrap_or_default()
 }
 
+/// Sends `headers` on route `hdr` straight to the kernel on a new stream of
+/// `c`: the agent must be called and mutate them (`{what}_direct_ok`).
+async fn direct_headers(r: &mut Report, c: &mut extproc::Client, what: &str, headers: &[(&str, &str)]) {
+    let mut st = Stream::open(c, None).await;
+    let resp = st.exchange(extproc::request_headers(Some("hdr"), headers)).await;
+    let ok = set_headers(&resp).contains(&"x-seen".to_string());
+    r.fig(
+        &format!("{what}_direct_to_kernel"),
+        if ok { "agent called, headers mutated" } else { "FAILED" },
+    );
+    r.check(&format!("{what}_direct_ok"), ok, format!("{resp:?}"));
+}
+
 fn body_msg(body: Vec<u8>) -> ProcessingRequest {
     ProcessingRequest {
         request: Some(PReq::RequestBody(HttpBody {
@@ -223,35 +236,14 @@ async fn size_limits() {
     let names: Vec<String> = (0..200).map(|i| format!("x-h-{i:03}")).collect();
     let mut pairs: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "v")).collect();
     pairs.push(("x-request-id", "direct-200"));
-    let mut st = Stream::open(&mut c, None).await;
-    let resp = st.exchange(extproc::request_headers(Some("hdr"), &pairs)).await;
-    let ok200 = set_headers(&resp).contains(&"x-seen".to_string());
-    r.fig(
-        "200_headers_direct_to_kernel",
-        if ok200 {
-            "agent called, headers mutated"
-        } else {
-            "FAILED"
-        },
-    );
-    r.check("200_headers_direct_ok", ok200, format!("{resp:?}"));
-    let mut st = Stream::open(&mut c, None).await;
-    let resp = st
-        .exchange(extproc::request_headers(
-            Some("hdr"),
-            &[("x-big", &big), ("x-request-id", "direct-big")],
-        ))
-        .await;
-    let ok64 = set_headers(&resp).contains(&"x-seen".to_string());
-    r.fig(
-        "64KiB_header_direct_to_kernel",
-        if ok64 {
-            "agent called, headers mutated"
-        } else {
-            "FAILED"
-        },
-    );
-    r.check("64KiB_header_direct_ok", ok64, format!("{resp:?}"));
+    direct_headers(&mut r, &mut c, "200_headers", &pairs).await;
+    direct_headers(
+        &mut r,
+        &mut c,
+        "64KiB_header",
+        &[("x-big", &big), ("x-request-id", "direct-big")],
+    )
+    .await;
 
     // Bodies past what the agents take, straight to the kernel, sent as
     // Envoy sends a chunked body (no content-length): 5 MiB (over

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use support::chaos::{gate_request, ALLOW, DENY, GATE};
+use support::chaos::{denied_let_through, gate_request, kill_schedule, ALLOW, DENY, GATE};
 use support::load::*;
 use support::supervise::*;
 use support::{workdir, Envoy, KernelProc, TestAgent, Upstream};
@@ -104,6 +104,18 @@ struct Stack {
     envoy: Envoy,
     base: String,
     client: reqwest::Client,
+}
+
+impl Stack {
+    /// The supervised process is still the one started, and its ext_proc
+    /// socket the one it bound (`before`: its inode at the start).
+    fn check_same_parent_and_socket(&mut self, r: &mut Report, before: Option<(u64, i64, i64)>) {
+        r.check(
+            "same_parent_and_socket",
+            matches!(self.kernel.proc.child.try_wait(), Ok(None)) && socket_inode(&self.kernel.socket) == before,
+            "the supervised pid or the socket changed",
+        );
+    }
 }
 
 async fn supervised_stack() -> Stack {
@@ -235,11 +247,7 @@ async fn upgrades_under_load_fail_no_request() {
         last.is_some_and(|c| !first.contains(&c)),
         format!("children of {parent}: {:?}", children(parent)),
     );
-    r.check(
-        "same_parent_and_socket",
-        matches!(s.kernel.proc.child.try_wait(), Ok(None)) && socket_inode(&s.kernel.socket) == socket_before,
-        "the supervised pid or the socket changed",
-    );
+    s.check_same_parent_and_socket(&mut r, socket_before);
     r.finish();
 }
 
@@ -256,14 +264,7 @@ async fn upgrades_under_load_fail_no_request() {
 async fn generation_sigkill_under_load() {
     let _one = exclusive().await;
     let mut r = Report::new("10_generation_sigkill");
-    let (total, rate, kills) = pick(
-        (2400, 200.0, vec![Duration::from_secs(3), Duration::from_secs(8)]),
-        (
-            15_000,
-            500.0,
-            vec![Duration::from_secs(8), Duration::from_secs(16), Duration::from_secs(24)],
-        ),
-    );
+    let (total, rate, kills) = kill_schedule();
     r.fig(
         "setup",
         format!("{total} requests at {rate} rps through Envoy (gate route); kernel under `policy-kernel supervise`, its serving generation SIGKILLed at {kills:?}"),
@@ -316,10 +317,7 @@ async fn generation_sigkill_under_load() {
     r.fig("kill_to_first_success_ms", outages.join(" "));
     r.fig("failed_per_kill", format!("{failed_per_kill:?}"));
     let no_answer = answers.iter().filter(|a| a.cause == Cause::NoAnswer).count();
-    let let_through = answers
-        .iter()
-        .filter(|a| a.kind == DENY && (200..300).contains(&a.status))
-        .count();
+    let let_through = denied_let_through(&answers);
     r.check("every_kill_done", killed.len() == pick(2, 3), format!("{killed:?}"));
     r.check("no_request_unanswered", no_answer == 0, format!("{no_answer}"));
     r.check(
@@ -340,11 +338,7 @@ async fn generation_sigkill_under_load() {
         failed_per_kill.iter().all(|&n| n <= bound),
         format!("{failed_per_kill:?}, bound {bound}"),
     );
-    r.check(
-        "same_parent_and_socket",
-        matches!(s.kernel.proc.child.try_wait(), Ok(None)) && socket_inode(&s.kernel.socket) == socket_before,
-        "the supervised pid or the socket changed",
-    );
+    s.check_same_parent_and_socket(&mut r, socket_before);
     r.finish();
 }
 

@@ -46,6 +46,30 @@ pub fn gate_answer_consistent(a: &Answer) -> bool {
     }
 }
 
+/// Requests without a token that were let through (answered 2xx): the
+/// fail-closed gate lets none through, whatever happens to the kernel.
+pub fn denied_let_through(answers: &[Answer]) -> usize {
+    answers
+        .iter()
+        .filter(|a| a.kind == DENY && (200..300).contains(&a.status))
+        .count()
+}
+
+/// Requests, rate and kill times of the kernel-kill tests: test 2 of
+/// `tests/reliability.rs` (a plain kernel, restarted) and test 10 of
+/// `tests/upgrade.rs` (a generation under `policy-kernel supervise`) run
+/// the same schedule, so that their outages compare like for like.
+pub fn kill_schedule() -> (usize, f64, Vec<Duration>) {
+    pick(
+        (2400, 200.0, vec![Duration::from_secs(3), Duration::from_secs(8)]),
+        (
+            15_000,
+            500.0,
+            vec![Duration::from_secs(8), Duration::from_secs(16), Duration::from_secs(24)],
+        ),
+    )
+}
+
 pub fn tail(s: &str, n: usize) -> String {
     let lines: Vec<&str> = s.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
