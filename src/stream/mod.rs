@@ -4,7 +4,10 @@
 //! When every body policy of a stream's response plan runs on an agent that
 //! declares `streams_response_body` for it, the kernel asks Envoy to stream
 //! the response (`STREAMED` body mode, through `mode_override`) instead of
-//! buffering it ([`split_plan`]). The header-only policies of the response
+//! buffering it ([`split_plan`]); `STREAMED` rather than
+//! `FULL_DUPLEX_STREAMED`, which would make the kernel send every byte back
+//! for about 0.1 ms less to the first byte (README, "Streamed responses";
+//! `benches/RESULTS.md`, 2026-11-24). The header-only policies of the response
 //! chain run at the response headers as usual; the streaming ones
 //! ([`Streamer`]) then see the body piece by piece:
 //!
