@@ -210,14 +210,19 @@ fn template(doc: &Value) -> Result<Option<Box<RawValue>>, PolicyError> {
     let Some(o) = doc.as_object() else {
         return Ok(None);
     };
-    let rest: serde_json::Map<String, Value> = o
-        .iter()
-        .filter(|(k, _)| *k != "choices" && *k != "usage")
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    serde_json::value::to_raw_value(&rest)
+    serde_json::value::to_raw_value(&Rest(o))
         .map(Some)
         .map_err(|e| PolicyError::new(format!("stream state: {e}")))
+}
+
+/// An event's fields but its choices and usage, written from the parsed
+/// event as they are (no copy of the fields).
+struct Rest<'a>(&'a serde_json::Map<String, Value>);
+
+impl Serialize for Rest<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().filter(|(k, _)| *k != "choices" && *k != "usage"))
+    }
 }
 
 /// An Anthropic-style text delta for block `key` (`a<index>`).

@@ -192,3 +192,13 @@ fn a_flush_event_has_the_shape_of_the_streams_chunks() {
     assert_eq!(v["choices"][0]["delta"]["content"], "555-");
     assert!(out.ends_with("data: [DONE]\n\n"));
 }
+
+#[test]
+fn the_flush_template_is_the_event_without_choices_and_usage() {
+    let doc: Value =
+        serde_json::from_str(r#"{"id":"c7","choices":[{"index":0}],"model":"m","usage":{"t":1},"created":5}"#).unwrap();
+    let t = template(&doc).unwrap().expect("an object has a template");
+    let back: Value = serde_json::from_str(t.get()).unwrap();
+    assert_eq!(back, serde_json::json!({"id": "c7", "model": "m", "created": 5}));
+    assert!(template(&Value::String("x".into())).unwrap().is_none());
+}
