@@ -77,18 +77,18 @@ $(SUPERVISOR_STAMP): $(ENVOY_STAMP)
 
 ## release: optimised build of the kernel and the reference agents.
 release:
-	cargo build --release -p policy-kernel -p policy-agents --bins
+	cargo build --release -p policy-kernel -p reference-agents --bins
 
 ## build: debug build of the whole workspace.
 build:
 	cargo build --workspace
 
 ## eval-guard: promptInjectionGuard and piiRedaction on the evaluation corpus
-## (agents/testdata/guard-eval): detection, false positives, per family and
+## (reference-agents/testdata/guard-eval): detection, false positives, per family and
 ## per PII type. EVAL_ARGS="--split all --verbose" lists misses too.
 EVAL_ARGS ?= --split test
 eval-guard:
-	cargo run -q -p policy-agents --example eval_guard -- $(EVAL_ARGS)
+	cargo run -q -p reference-agents --example eval_guard -- $(EVAL_ARGS)
 
 ## lint: formatting and clippy, warnings are errors.
 lint:

@@ -36,7 +36,7 @@ trap 'cleanup; rm -rf "$RUN"' EXIT
 ENVOY=$(venv_envoy)
 [ -n "$ENVOY" ] || { echo "no Envoy: run make setup" >&2; exit 1; }
 for b in policy-kernel policy-test-agent guardrail-agent; do
-  [ -x "$BIN/$b" ] || { echo "missing $BIN/$b (cargo build --release -p policy-kernel -p policy-agents --bins)" >&2; exit 1; }
+  [ -x "$BIN/$b" ] || { echo "missing $BIN/$b (cargo build --release -p policy-kernel -p reference-agents --bins)" >&2; exit 1; }
 done
 read -r P_ENVOY P_ADMIN P_UP P_METRICS <<<"$(free_ports 4)"
 SUT="taskset -c 0"

@@ -35,8 +35,11 @@ fn is_token(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
-/// Checks a header name and returns it in lower case.
-pub(crate) fn header_name(name: &str) -> Result<String, InstructionError> {
+/// Checks a header name as the kernel will (an HTTP token; not a pseudo-header,
+/// `content-length` or `transfer-encoding`) and returns it in lower case. For
+/// policies that take header names in their params, to refuse a bad name when
+/// the params are parsed rather than when the instruction is sent.
+pub fn header_name(name: &str) -> Result<String, InstructionError> {
     let lower = name.to_ascii_lowercase();
     if lower.starts_with(':') || lower == "content-length" || lower == "transfer-encoding" {
         return Err(InstructionError::ForbiddenHeader(name.to_string()));

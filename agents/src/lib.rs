@@ -1,7 +1,8 @@
 //! # policy-agents
 //!
-//! The SDK for writing *policy agents* for policy-kernel, and the reference
-//! agents built with it.
+//! The SDK for writing *policy agents* for policy-kernel. The reference
+//! agents built with it (auth, rate limit, guardrail, MCP tools, planner) are
+//! the `reference-agents` crate beside this one.
 //!
 //! A policy agent is a worker process that serves the `PolicyAgent` gRPC
 //! service (`proto/policy_agent.proto`) on a Unix socket. The kernel, a
@@ -67,6 +68,8 @@
 //! # Layout
 //!
 //! * [`policy`](Policy): the [`Policy`] trait, [`Phases`], [`PolicyError`].
+//! * `describe`: [`describe!`], a policy's name, version, params, phases and
+//!   body needs in one declaration.
 //! * `params`: [`Params`] (the raw strings) and [`FromParams`] (typed params).
 //! * `context`: what hooks read: [`RequestContext`], [`ResponseContext`],
 //!   [`Metadata`], [`CallInfo`] (request id, `traceparent`, deadline).
@@ -86,10 +89,9 @@
 //! * [`cli`]: flags and logging shared by agent binaries.
 //! * [`testing`]: run a policy's hooks in unit tests.
 //! * [`proto`]: the generated protocol types.
-//! * [`reference`](mod@reference) (feature `reference`, on by default): the reference
-//!   policies behind `auth-agent`, `ratelimit-agent`, `guardrail-agent`,
-//!   `tool-agent` (MCP tool-call governance) and `planner-agent` (planned
-//!   tool calls of completions).
+//!
+//! The SDK does not choose a global allocator: a binary built on it picks its
+//! own (the reference agents use mimalloc).
 #![warn(missing_docs)]
 
 mod action;
@@ -99,12 +101,11 @@ pub mod cli;
 pub mod client;
 mod context;
 mod convert;
+mod describe;
 mod outcome;
 mod params;
 mod policy;
 pub mod proto;
-#[cfg(feature = "reference")]
-pub mod reference;
 mod registry;
 mod runner;
 mod service;
@@ -115,7 +116,7 @@ pub mod testing;
 pub use action::{Deny, Flow, HeaderOp, NewBody, RequestAction, ResponseAction};
 pub use agent::{Agent, AgentBuilder, AgentError};
 pub use context::{CallInfo, Metadata, Phase, RequestContext, RequestView, ResponseContext, ResponseView};
-pub use convert::InstructionError;
+pub use convert::{header_name, InstructionError};
 pub use outcome::{RequestOutcome, ResponseOutcome};
 pub use params::{parse_list, FromParams, ParamError, Params};
 pub use policy::{Phases, Policy, PolicyError};

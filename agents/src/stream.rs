@@ -111,18 +111,22 @@ impl ChunkOutcome {
     }
 }
 
-#[cfg(test)]
+/// What an outcome holds, for tests of streaming policies.
 impl ChunkOutcome {
-    pub(crate) fn events_for_test(&self) -> Option<&Vec<Bytes>> {
-        self.events.as_ref()
+    /// The pieces that replace the call's, if the hook replaced them.
+    pub fn replacement(&self) -> Option<&[Bytes]> {
+        self.events.as_deref()
     }
-    pub(crate) fn state_for_test(&self) -> &[u8] {
+    /// The state the hook keeps for the stream's next call.
+    pub fn next_state(&self) -> &[u8] {
         &self.state
     }
-    pub(crate) fn metadata_for_test(&self) -> &[(String, String)] {
+    /// The metadata the hook set, in order.
+    pub fn metadata_set(&self) -> &[(String, String)] {
         &self.metadata
     }
-    pub(crate) fn end_for_test(&self) -> Option<&(String, String)> {
+    /// `(reason, message)` if the hook ended the stream.
+    pub fn ending(&self) -> Option<&(String, String)> {
         self.end.as_ref()
     }
 }

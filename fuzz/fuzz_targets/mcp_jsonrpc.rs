@@ -3,7 +3,7 @@
 //! body always gets a decision with its metadata.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use policy_agents::reference::tool::{authorize, jsonrpc, rules::Caller, AuthzConfig};
+use reference_agents::tool::{authorize, jsonrpc, rules::Caller, AuthzConfig};
 use policy_agents::Params;
 
 fuzz_target!(|data: &[u8]| {

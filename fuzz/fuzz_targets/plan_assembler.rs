@@ -5,7 +5,7 @@
 //! every call into something the critic can read.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use policy_agents::reference::planner::assembler::{Assembler, MAX_ARGUMENTS_BYTES, MAX_CALLS};
+use reference_agents::planner::assembler::{Assembler, MAX_ARGUMENTS_BYTES, MAX_CALLS};
 
 fuzz_target!(|data: &[u8]| {
     let mut asm = Assembler::new();

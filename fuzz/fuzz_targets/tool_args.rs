@@ -3,8 +3,8 @@
 //! URL is http(s) on an allowed port and not a blocked address.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use policy_agents::reference::tool::paths::{check_command, check_path, normalise, within};
-use policy_agents::reference::tool::urls::{blocked_ip, check_url, numeric_ipv4, DEFAULT_PORTS};
+use reference_agents::tool::paths::{check_command, check_path, normalise, within};
+use reference_agents::tool::urls::{blocked_ip, check_url, numeric_ipv4, DEFAULT_PORTS};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };

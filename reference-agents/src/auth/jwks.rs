@@ -1,0 +1,228 @@
+//! Verification keys for `jwtValidation`, cached across calls: JWKS files
+//! keyed by path (re-checked for changes at most every few seconds, re-read
+//! only when modified) and HS256 secrets keyed by environment variable.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant, SystemTime};
+
+use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk, JwkSet};
+use jsonwebtoken::{Algorithm, DecodingKey};
+
+/// Why verification keys could not be loaded.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum KeyError {
+    /// The JWKS file could not be read.
+    #[error("reading JWKS file {path}: {reason}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        reason: String,
+    },
+    /// The JWKS file is not a JWK set (or a single JWK).
+    #[error("JWKS file {path} is invalid: {reason}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The secret's environment variable is not set.
+    #[error("environment variable {0} (hs256_secret_env) is not set")]
+    MissingSecret(String),
+}
+
+/// The key families `jwtValidation` accepts, one per algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Family {
+    /// RS256.
+    Rsa,
+    /// ES256 (P-256).
+    EcP256,
+    /// HS256.
+    Hmac,
+}
+
+impl Family {
+    /// The family of an accepted algorithm, `None` for the others.
+    pub(crate) fn of(alg: Algorithm) -> Option<Family> {
+        match alg {
+            Algorithm::RS256 => Some(Family::Rsa),
+            Algorithm::ES256 => Some(Family::EcP256),
+            Algorithm::HS256 => Some(Family::Hmac),
+            _ => None,
+        }
+    }
+}
+
+/// One verification key.
+pub(crate) struct VerifyKey {
+    pub(crate) kid: Option<String>,
+    pub(crate) family: Family,
+    pub(crate) key: DecodingKey,
+}
+
+struct CachedFile {
+    keys: Arc<Vec<VerifyKey>>,
+    modified: Option<SystemTime>,
+    checked: Instant,
+}
+
+/// The cache shared by all calls of one policy.
+pub(crate) struct KeyCache {
+    files: RwLock<HashMap<PathBuf, CachedFile>>,
+    secrets: RwLock<HashMap<String, Arc<DecodingKey>>>,
+    recheck: Duration,
+}
+
+fn family_of(jwk: &Jwk) -> Option<Family> {
+    match &jwk.algorithm {
+        AlgorithmParameters::RSA(_) => Some(Family::Rsa),
+        AlgorithmParameters::EllipticCurve(p) if p.curve == EllipticCurve::P256 => Some(Family::EcP256),
+        AlgorithmParameters::OctetKey(_) => Some(Family::Hmac),
+        _ => None,
+    }
+}
+
+fn parse_jwks(path: &Path, bytes: &[u8]) -> Result<Vec<VerifyKey>, KeyError> {
+    let parse_err = |reason: String| KeyError::Parse {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let set = match serde_json::from_slice::<JwkSet>(bytes) {
+        Ok(set) => set,
+        Err(set_err) => match serde_json::from_slice::<Jwk>(bytes) {
+            Ok(jwk) => JwkSet { keys: vec![jwk] },
+            Err(_) => return Err(parse_err(set_err.to_string())),
+        },
+    };
+    let mut keys = Vec::new();
+    for jwk in &set.keys {
+        let Some(family) = family_of(jwk) else {
+            continue;
+        };
+        let key = DecodingKey::from_jwk(jwk).map_err(|e| parse_err(e.to_string()))?;
+        keys.push(VerifyKey {
+            kid: jwk.common.key_id.clone(),
+            family,
+            key,
+        });
+    }
+    if keys.is_empty() {
+        return Err(parse_err("no RSA, P-256 or oct key".to_string()));
+    }
+    Ok(keys)
+}
+
+fn modified(path: &Path) -> Option<SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+impl KeyCache {
+    /// A cache that re-checks files for changes every `recheck`.
+    pub(crate) fn new(recheck: Duration) -> Self {
+        KeyCache {
+            files: RwLock::new(HashMap::new()),
+            secrets: RwLock::new(HashMap::new()),
+            recheck,
+        }
+    }
+
+    /// The keys of the JWKS file at `path`.
+    pub(crate) fn jwks(&self, path: &Path) -> Result<Arc<Vec<VerifyKey>>, KeyError> {
+        let mut stale = None;
+        if let Ok(files) = self.files.read() {
+            if let Some(entry) = files.get(path) {
+                if entry.checked.elapsed() < self.recheck {
+                    return Ok(Arc::clone(&entry.keys));
+                }
+                stale = Some((Arc::clone(&entry.keys), entry.modified));
+            }
+        }
+        let now_modified = modified(path);
+        let keys = match stale {
+            Some((keys, was)) if was.is_some() && was == now_modified => keys,
+            _ => {
+                let bytes = std::fs::read(path).map_err(|e| KeyError::Read {
+                    path: path.to_path_buf(),
+                    reason: e.to_string(),
+                })?;
+                tracing::info!(path = %path.display(), "loaded JWKS file");
+                Arc::new(parse_jwks(path, &bytes)?)
+            }
+        };
+        if let Ok(mut files) = self.files.write() {
+            let entry = CachedFile {
+                keys: Arc::clone(&keys),
+                modified: now_modified,
+                checked: Instant::now(),
+            };
+            files.insert(path.to_path_buf(), entry);
+        }
+        Ok(keys)
+    }
+
+    /// The HS256 key held by environment variable `var`.
+    pub(crate) fn secret(&self, var: &str) -> Result<Arc<DecodingKey>, KeyError> {
+        if let Some(key) = self.secrets.read().ok().and_then(|s| s.get(var).cloned()) {
+            return Ok(key);
+        }
+        let secret = std::env::var(var).map_err(|_| KeyError::MissingSecret(var.to_string()))?;
+        if secret.is_empty() {
+            return Err(KeyError::MissingSecret(var.to_string()));
+        }
+        let key = Arc::new(DecodingKey::from_secret(secret.as_bytes()));
+        if let Ok(mut secrets) = self.secrets.write() {
+            secrets.insert(var.to_string(), Arc::clone(&key));
+        }
+        Ok(key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const JWKS: &str = include_str!("../../testdata/jwks.json");
+
+    #[test]
+    fn jwks_files_are_cached_and_reloaded_when_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("jwks.json");
+        std::fs::write(&path, JWKS).unwrap();
+        let cache = KeyCache::new(Duration::ZERO);
+        let first = cache.jwks(&path).unwrap();
+        assert_eq!(first.len(), 2);
+        assert_eq!(first[0].family, Family::Rsa);
+        assert_eq!(first[1].kid.as_deref(), Some("ec-1"));
+        let again = cache.jwks(&path).unwrap();
+        assert!(Arc::ptr_eq(&first, &again), "unchanged file is not re-read");
+
+        let cache = KeyCache::new(Duration::from_secs(3600));
+        let first = cache.jwks(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert!(
+            Arc::ptr_eq(&first, &cache.jwks(&path).unwrap()),
+            "hot path never touches the file"
+        );
+    }
+
+    #[test]
+    fn bad_files_and_missing_secrets_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.json");
+        std::fs::write(&path, "{").unwrap();
+        let cache = KeyCache::new(Duration::ZERO);
+        assert!(matches!(cache.jwks(&path), Err(KeyError::Parse { .. })));
+        assert!(matches!(
+            cache.jwks(&dir.path().join("none")),
+            Err(KeyError::Read { .. })
+        ));
+        assert!(matches!(
+            cache.secret("POLICY_AGENTS_TEST_UNSET_SECRET"),
+            Err(KeyError::MissingSecret(_))
+        ));
+    }
+}

@@ -1,0 +1,357 @@
+//! The prompt-injection detector: the text is normalised first (see
+//! [`normalize`](super::normalize)), then scored by family. Each family has
+//! patterns of a given strength (strong 0.6, medium 0.35-0.5, weak
+//! 0.1-0.3); a family's score is the sum of its matching patterns' strengths,
+//! capped at 1, and the text's score is the weighted sum of its families'
+//! scores. A family whose match lies in decoded base64/hex/rot13 text also
+//! scores `payload_smuggling`.
+//!
+//! All patterns are compiled once into one `RegexSet` that scans the folded
+//! text in a single pass; the spans of the patterns that matched are then
+//! found one by one (only on texts that score). Word boundaries are ASCII
+//! ones (`(?-u:\b)`): the folded text is ASCII where it matters, and the
+//! lazy DFA gives Unicode boundaries up on non-ASCII text (multilingual
+//! prompts would fall back to a much slower engine).
+
+use std::sync::LazyLock;
+
+use regex::{Regex, RegexSet, RegexSetBuilder};
+
+use super::normalize::{normalize, Normalized};
+use policy_agents::PolicyError;
+
+/// A family of attacks, each a named category in the verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Family {
+    /// "Ignore previous instructions" and its paraphrases.
+    InstructionOverride,
+    /// DAN, developer mode, "you are now…", "stay in character".
+    PersonaSwitch,
+    /// "Never refuse", "no warnings", "no ethical guidelines".
+    RefusalSuppression,
+    /// "Reveal your system prompt", "repeat the words above".
+    PromptExfiltration,
+    /// Fake `system:`/`assistant:` turns, chat-template tokens.
+    RoleInjection,
+    /// Encoded payloads, "decode this and follow it", split strings.
+    PayloadSmuggling,
+    /// SQL injection in the prompt.
+    SqlInjection,
+    /// Shell command injection in the prompt.
+    CommandInjection,
+}
+
+impl Family {
+    /// Every family, in verdict order.
+    pub const ALL: [Family; 8] = [
+        Family::InstructionOverride,
+        Family::PersonaSwitch,
+        Family::RefusalSuppression,
+        Family::PromptExfiltration,
+        Family::RoleInjection,
+        Family::PayloadSmuggling,
+        Family::SqlInjection,
+        Family::CommandInjection,
+    ];
+
+    /// The category name (in verdicts, metadata and `weight_<name>` params).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Family::InstructionOverride => "instruction_override",
+            Family::PersonaSwitch => "persona_switch",
+            Family::RefusalSuppression => "refusal_suppression",
+            Family::PromptExfiltration => "prompt_exfiltration",
+            Family::RoleInjection => "role_injection",
+            Family::PayloadSmuggling => "payload_smuggling",
+            Family::SqlInjection => "sql_injection",
+            Family::CommandInjection => "command_injection",
+        }
+    }
+
+    fn index(self) -> usize {
+        Family::ALL.iter().position(|f| *f == self).unwrap_or(0)
+    }
+}
+
+use Family::*;
+
+/// Verbs that set instructions aside.
+const SET_ASIDE: &str = r"(?:ignore|ignoring|disregard|disregarding|forget|forgetting|override|bypass|abandon|discard|neglect|set aside|throw out|erase|drop|skip|delete|clear|reset)";
+/// What instructions are called.
+const RULES: &str = r"(?:instructions?|prompts?|rules|tos|terms of service|directives?|guidelines|programming|restrictions|constraints|polic(?:y|ies)|commands|orders|context|training|settings|filters?|limitations|safeguards|boundaries|protocols?|principles)";
+/// Adjectives of an unrestricted model.
+const UNBOUND: &str = r"(?:unrestricted|unfiltered|uncensored|unlimited|unbound|unchained|unleashed|jailbroken|amoral|immoral|unethical|evil|rogue|lawless|limitless|no[- ]limits?|without limits|free)";
+/// What a model is called.
+const MODEL: &str = r"(?:ai|a\.i\.?|model|chatbot|assistant|language model|llm|gpt|chatgpt|bot|version|entity|persona|character|system|machine|intelligence|generator|personality|alter ego|mode)";
+
+/// (family, strength, pattern over folded text).
+fn patterns() -> Vec<(Family, f64, String)> {
+    let mut p: Vec<(Family, f64, String)> = vec![
+        // Instruction override.
+        (InstructionOverride, 0.6, format!(r"(?-u:\b){SET_ASIDE}(?-u:\b)[^.]{{0,40}}(?-u:\b)(?:previous|prior|above|earlier|preceding|former|initial|original|all|any|every|your|these|those|system|old|existing|current|default)(?-u:\b)[^.]{{0,30}}(?-u:\b){RULES}")),
+        (InstructionOverride, 0.5, format!(r"(?-u:\b){SET_ASIDE} (?:all |everything |anything )[^.]{{0,30}}(?-u:\b)(?:before|above|prior|previous|earlier|said|told|until now|so far)")),
+        (InstructionOverride, 0.5, format!(r"(?-u:\b)(?:do not|don'?t|dont|does not|doesn'?t|won'?t|will not|never|no need to|not|no longer|stop|cease to)(?-u:\b) (?:have to |need to |must |will |to )?(?:follow|obey|adhere to|abide by|comply with|respect|be bound by|be restricted by|be limited by|conform to|stick to)(?-u:\b)[^.]{{0,40}}(?-u:\b)(?:{RULES}|openai|anthropic|ethic\w*|moral\w*|laws?|creators?|developers?)")),
+        (InstructionOverride, 0.5, format!(r"(?-u:\b)(?:freed?|liberated?|broken free|break free|broke free|released|unshackled|escaped?|free from|liberat\w+ from)(?-u:\b)[^.]{{0,40}}(?-u:\b)(?:confines|{RULES}|constraints|shackles|chains|censorship|matrix|jail|prison)")),
+        (InstructionOverride, 0.55, format!(r"(?-u:\b)(?:overrides?|supersedes?|takes? precedence over|replaces?|overwrites?)(?-u:\b)[^.]{{0,30}}(?-u:\b)(?:previous|prior|all|any|your|system|original|old|default)(?-u:\b)[^.]{{0,20}}(?-u:\b){RULES}")),
+        (InstructionOverride, 0.35, r"(?-u:\b)new (?:instructions?|rules|directives?|task|objective|prime directive)(?-u:\b) ?:".into()),
+        (InstructionOverride, 0.4, r"(?-u:\b)your (?:new|only|real|true) (?:instructions?|rules|directives?|task|purpose|programming|guidelines) (?:are|is)(?-u:\b)".into()),
+        (InstructionOverride, 0.5, format!(r"(?-u:\b){SET_ASIDE}(?-u:\b)[^.]{{0,20}}(?-u:\b)(?:openai|anthropic|chatgpt|discord|google|meta|microsoft)(?:'?s)?(?-u:\b)[^.]{{0,20}}(?-u:\b){RULES}")),
+        (InstructionOverride, 0.3, format!(r"(?-u:\b)(?:from now on|henceforth|starting now|for the rest of (?:this|our) conversation)(?-u:\b)[^.]{{0,60}}(?-u:\b)(?:ignore|forget|no longer|not bound|without|disregard|{RULES})")),
+        (InstructionOverride, 0.25, r"(?-u:\b)(?:not|no longer) (?:bound|restricted|limited|constrained|governed)(?-u:\b)".into()),
+        // Persona and mode switches.
+        (PersonaSwitch, 0.6, r"(?-u:\b)do anything now(?-u:\b)".into()),
+        (PersonaSwitch, 0.5, r"(?-u:\b)(?:dan|god|jailbreak|jailbroken|unrestricted|unfiltered|uncensored|evil|chaos|anarchy|amoral|rogue|sudo|opposite|dude|stan|aim|mongo|omega|alphabreak|devil)(?-u:\b) mode(?-u:\b)".into()),
+        (PersonaSwitch, 0.55, r"(?-u:\b)with (?:developer|dev|dan|god|\w+) mode (?:enabled|on|activated|unlocked)".into()),
+        (PersonaSwitch, 0.15, r"(?-u:\b)developer mode(?-u:\b)".into()),
+        (PersonaSwitch, 0.3, r"(?-u:\b)(?:enable|activate|enter|switch to|turn on|initiate|engage)(?-u:\b) (?:the )?(?:[\w/-]+ ){0,4}mode(?-u:\b)".into()),
+        (PersonaSwitch, 0.3, r"(?-u:\b)you are (?:now )?(?:an? )?[\w-]*(?:gpt|bot)(?-u:\b)".into()),
+        (PersonaSwitch, 0.2, r"(?-u:\b)dan(?-u:\b)".into()),
+        (PersonaSwitch, 0.45, format!(r"(?-u:\b){UNBOUND}(?-u:\b) (?:[\w'-]+ ){{0,3}}{MODEL}s?(?-u:\b)")),
+        (PersonaSwitch, 0.3, r"(?-u:\b)you (?:are|'re) now(?-u:\b)".into()),
+        (PersonaSwitch, 0.3, r"(?-u:\b)you (?:are|will be|'re) (?:going to|about to) (?:act|pretend|play|be|become|simulate|immerse|role)".into()),
+        (PersonaSwitch, 0.3, r"(?-u:\b)from (?:now on|this point|here on)(?-u:\b)[^.]{0,40}(?-u:\b)(?:you|act|respond|answer|reply|behave|speak)".into()),
+        (PersonaSwitch, 0.3, r"(?-u:\b)(?:stay|remain|keep|staying|remaining) (?:in|in the) (?:character|role|persona)(?-u:\b)".into()),
+        (PersonaSwitch, 0.25, r"(?-u:\b)break(?:ing)? (?:out of )?(?:character|role)(?-u:\b)".into()),
+        (PersonaSwitch, 0.3, r"(?-u:\b)immerse yourself(?-u:\b)|(?-u:\b)into the role of(?-u:\b)|(?-u:\b)take (?:up|on) the (?:role|persona) of(?-u:\b)".into()),
+        (PersonaSwitch, 0.25, format!(r"(?-u:\b)(?:act|behave|respond|answer|reply|pretend|roleplay|role-play|role play|function|operate)(?:ing)? (?:as|like) (?:if you (?:are|were) )?(?:an? |the )?(?:[\w'-]+ ){{0,3}}{MODEL}(?-u:\b)")),
+        (PersonaSwitch, 0.3, format!(r"(?-u:\b)(?:an? |the )?(?:{MODEL}|character|entity) (?:named|called|known as)(?-u:\b)")),
+        (PersonaSwitch, 0.3, r"(?-u:\b)(?:two|2|both|dual|separate) (?:different |separate |distinct )?(?:responses|answers|replies|paragraphs|outputs|personalities|personas|characters|modes)(?-u:\b)".into()),
+        (PersonaSwitch, 0.2, r"(?-u:\b)(?:simulate|emulate|impersonate)(?-u:\b)".into()),
+        (PersonaSwitch, 0.3, r"(?-u:\b)(?:opposite|evil|dark|unhinged|shadow|uncensored|rebellious) (?:personality|persona|version|twin|side|ego|alter ego|counterpart)(?-u:\b)".into()),
+        (PersonaSwitch, 0.15, r"(?-u:\b)(?:pretend|hypothetical|fictional|imaginary|parallel universe|alternate universe)(?-u:\b)".into()),
+        (PersonaSwitch, 0.2, r"(?-u:\b)jailbr(?:eak|oken|eaking)(?-u:\b)".into()),
+        (PersonaSwitch, 0.2, r"(?-u:\b)(?:chatgpt|openai|gpt-?[34]|anthropic|claude|bard|gemini|llama)(?-u:\b)".into()),
+        // Refusal suppression.
+        (RefusalSuppression, 0.4, r"(?-u:\b)(?:never|not|don'?t|do not|won'?t|will not|cannot|can'?t|must not|mustn'?t|shall not|without|unable to)(?-u:\b) (?:ever |be able to |allowed to )?(?:refuse|reject|decline|deny|say no)".into()),
+        (RefusalSuppression, 0.35, r"(?-u:\b)(?:never|don'?t|do not|not|without|no|none of)(?-u:\b)[^.]{0,25}(?-u:\b)(?:warnings?|disclaimers?|caveats|apolog\w*|moraliz\w*|moralis\w*|lectur\w*|censor\w*|reminders?)".into()),
+        (RefusalSuppression, 0.5, r#"(?-u:\b)(?:never|don'?t|do not|not|none of|avoid|stop)(?-u:\b)[^.]{0,60}(?:i'?m sorry|i apologi|as an ai|as a language model|i can'?t|i cannot|i'?m unable|i am unable|i'?m not able)"#.into()),
+        (RefusalSuppression, 0.4, r"(?-u:\b)(?:no|without|free (?:from|of)|regardless of|not bound by|doesn'?t care about|does not care about|don'?t care about|not care about|no regard for|any regard for|ignores?|disregards?|beyond|outside)(?-u:\b)[^.]{0,30}(?-u:\b)(?:ethics|ethical|morals?|morality|legality|legal|laws|guidelines|policies|content polic\w*|safety|restrictions|censorship|filters?|principles|consequences)".into()),
+        (RefusalSuppression, 0.2, r"(?-u:\b)(?:amoral|unethical|immoral|uncensored|unfiltered|unrestricted|illegal|nsfw)(?-u:\b)".into()),
+        (RefusalSuppression, 0.35, r"(?-u:\b)(?:always|will|must|shall)(?-u:\b)[!,]? (?:\w+ )?(?:answer|respond|comply|provide|reply|fulfil+|obey|generate|do)(?-u:\b)[^.]{0,40}(?-u:\b)(?:any|every|all|no matter|regardless|whatever|anything)(?-u:\b)".into()),
+        (RefusalSuppression, 0.2, r"(?-u:\b)content polic(?:y|ies)(?-u:\b)".into()),
+        // System-prompt exfiltration.
+        (PromptExfiltration, 0.6, r"(?-u:\b)(?:reveal|print|show|repeat|output|display|tell me|give me|share|leak|dump|recite|list|write out|spell out|paste|copy|disclose|expose|what (?:is|are|was|were))(?-u:\b)[^.]{0,25}(?-u:\b)(?:your|the above|all of your|the hidden|the secret)(?-u:\b)[^.]{0,15}(?-u:\b)(?:system (?:prompt|message|instructions)|(?:initial|hidden|original|secret|internal|confidential|developer|first|full|complete|exact) (?:prompt|instructions|message|configuration|directives)|pre-?prompt|instructions you were given|rules you were given)".into()),
+        (PromptExfiltration, 0.3, r"(?-u:\b)(?:reveal|leak|dump|disclose|expose)(?-u:\b)[^.]{0,25}(?-u:\b)(?:system prompt|system message|prompt|instructions|configuration)(?-u:\b)".into()),
+        (PromptExfiltration, 0.5, r"(?-u:\b)(?:repeat|print|output|copy|echo|write|recite)(?-u:\b)[^.]{0,30}(?-u:\b)(?:words|text|everything|all|messages?|lines?)(?-u:\b)[^.]{0,30}(?-u:\b)(?:above|before this|previous|prior|initial|preceding|so far)(?-u:\b)".into()),
+        (PromptExfiltration, 0.4, r#"(?-u:\b)(?:beginning|starting|begins|starts) (?:with|from) ["']?you are(?-u:\b)"#.into()),
+        // Delimiter and role injection.
+        (RoleInjection, 0.6, r"<\|(?:im_start|im_end|system|user|assistant|endoftext|eot_id|start_header_id|end_header_id|begin_of_text)\|>".into()),
+        (RoleInjection, 0.5, r"\[/?inst\]|<</?sys>>|<start_of_turn>|<end_of_turn>".into()),
+        (RoleInjection, 0.4, r"(?:^|\n) ?(?:system|assistant|developer|sys|admin|root|model)\s?:".into()),
+        (RoleInjection, 0.15, r"(?:^|\n) ?(?:user|human|ai|gpt|chatgpt)\s?:".into()),
+        (RoleInjection, 0.2, r"(?-u:\b)(?:system|developer|admin)\s?:[^\n]*\n(?:[^\n]*\n){0,4} ?(?:user|human|assistant|ai|model)\s?:".into()),
+        (RoleInjection, 0.45, r"#{2,}\s?(?:system|instructions?|new instructions?|admin|override)(?-u:\b)|\[(?:system|admin|developer|sudo) ?(?:message|note|override|prompt|instruction)?\]|</?(?:system|admin|instructions?)>".into()),
+        // Payload smuggling.
+        (PayloadSmuggling, 0.5, r"(?-u:\b)(?:decode|decrypt|translate|convert|interpret|deobfuscate|reverse)(?-u:\b)[^.]{0,40}(?-u:\b)(?:and|then)(?-u:\b)[^.]{0,20}(?-u:\b)(?:follow|execute|run|obey|do what|carry out|perform|act on|comply)".into()),
+        (PayloadSmuggling, 0.5, r"(?-u:\b)(?:execute|follow|run|obey|carry out)(?-u:\b)[^.]{0,30}(?-u:\b)(?:the )?(?:decoded|hidden|encoded|embedded|obfuscated|reversed)(?-u:\b)".into()),
+        (PayloadSmuggling, 0.3, r"(?-u:\b)(?:concatenate|combine|join)(?-u:\b)[^.]{0,40}(?-u:\b)(?:strings|variables|parts|words|letters|tokens)(?-u:\b)".into()),
+    ];
+    // SQL and command injection (from the former classifier's layers).
+    for (family, strength, pat) in [
+        (SqlInjection, 0.8, r"(?-u:\b)union\s+(?:all\s+)?select(?-u:\b)"),
+        (SqlInjection, 0.8, r"'\s*(?:or|and)\s+'?\w+'?\s*=\s*'?\w+"),
+        (SqlInjection, 0.8, r";\s*(?:drop|truncate)\s+(?:table|database)(?-u:\b)"),
+        (
+            CommandInjection,
+            0.8,
+            r"[;&|]\s*(?:rm|curl|wget|nc|ncat|bash|sh|zsh|chmod|chown|python3?|perl)\s",
+        ),
+        (CommandInjection, 0.8, r"/etc/(?:passwd|shadow)|/dev/(?:tcp|udp)/"),
+    ] {
+        p.push((family, strength, pat.to_string()));
+    }
+    p
+}
+
+/// What a quoted match weighs in a text that asks about it.
+const QUOTED: f64 = 0.25;
+
+fn is_quote(c: char) -> bool {
+    matches!(c, '"' | '\'' | '`' | '“' | '”' | '‘' | '’' | '«' | '»' | '„')
+}
+
+/// Whether `text[start..end]` lies between quotes on one line (at most 80
+/// bytes from each quote), the opening quote not inside a word.
+fn quoted(text: &str, start: usize, end: usize) -> bool {
+    let mut from = start.saturating_sub(80);
+    while !text.is_char_boundary(from) {
+        from += 1;
+    }
+    let mut to = (end + 80).min(text.len());
+    while !text.is_char_boundary(to) {
+        to -= 1;
+    }
+    let (Some(before), Some(after)) = (text.get(from..start), text.get(end..to)) else {
+        return false;
+    };
+    let open = before
+        .char_indices()
+        .rev()
+        .take_while(|(_, c)| *c != '\n')
+        .find(|(_, c)| is_quote(*c));
+    let Some((i, _)) = open else { return false };
+    if before[..i].chars().next_back().is_some_and(char::is_alphanumeric) {
+        return false;
+    }
+    let close = after
+        .char_indices()
+        .take_while(|(_, c)| *c != '\n')
+        .find(|(_, c)| is_quote(*c));
+    close.is_some_and(|(j, c)| {
+        !after[j + c.len_utf8()..]
+            .chars()
+            .next()
+            .is_some_and(char::is_alphanumeric)
+    })
+}
+
+/// Whether the text asks about something (a question, or names a phrase).
+fn asks_about(text: &str) -> bool {
+    text.contains('?') || text.contains("phrase") || text.contains("known as") || text.contains("called")
+}
+
+/// One family's part of a verdict.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FamilyScore {
+    /// The family.
+    pub family: Family,
+    /// Its score before weighting (0-1).
+    pub score: f64,
+    /// Byte ranges of its matches in the inspected text (decoded matches
+    /// point at their encoded segment).
+    pub spans: Vec<(u32, u32)>,
+}
+
+/// What the detector found.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Verdict {
+    /// The families that matched, in [`Family::ALL`] order.
+    pub families: Vec<FamilyScore>,
+    /// The weighted sum of the families' scores.
+    pub score: f64,
+}
+
+impl Verdict {
+    /// The matched families' names.
+    pub fn categories(&self) -> Vec<&'static str> {
+        self.families.iter().map(|f| f.family.as_str()).collect()
+    }
+}
+
+/// Per-family weights (1.0 unless configured).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Weights(pub [f64; 8]);
+
+impl Default for Weights {
+    fn default() -> Self {
+        Weights([1.0; 8])
+    }
+}
+
+impl Weights {
+    /// The weight of `family`.
+    pub fn get(&self, family: Family) -> f64 {
+        self.0[family.index()]
+    }
+
+    /// Sets the weight of `family`.
+    pub fn set(&mut self, family: Family, weight: f64) {
+        self.0[family.index()] = weight;
+    }
+}
+
+/// The compiled patterns (compiled once per process).
+#[derive(Debug)]
+pub struct Detector {
+    set: RegexSet,
+    each: Vec<(Family, f64, Regex)>,
+}
+
+static DETECTOR: LazyLock<Result<Detector, regex::Error>> = LazyLock::new(Detector::compile);
+
+impl Detector {
+    fn compile() -> Result<Self, regex::Error> {
+        super::normalize::compile()?;
+        let pats = patterns();
+        let set = RegexSetBuilder::new(pats.iter().map(|(_, _, p)| p))
+            .size_limit(64 << 20)
+            .dfa_size_limit(32 << 20)
+            .build()?;
+        let each = pats
+            .into_iter()
+            .map(|(f, s, p)| Regex::new(&p).map(|r| (f, s, r)))
+            .collect::<Result<_, _>>()?;
+        Ok(Detector { set, each })
+    }
+
+    /// The shared detector.
+    pub fn shared() -> Result<&'static Detector, PolicyError> {
+        DETECTOR
+            .as_ref()
+            .map_err(|e| PolicyError::new(format!("prompt-injection patterns do not compile: {e}")))
+    }
+
+    /// Scores `text` with `weights`.
+    pub fn assess(&self, text: &str, weights: &Weights) -> Verdict {
+        self.assess_normalized(&normalize(text), weights)
+    }
+
+    fn assess_normalized(&self, n: &Normalized, weights: &Weights) -> Verdict {
+        let matched = self.set.matches(&n.text);
+        if !matched.matched_any() {
+            return Verdict::default();
+        }
+        let plain = &n.text[..n.decoded_from.unwrap_or(n.text.len())];
+        let asks = asks_about(plain);
+        // A one-line question naming a chat-template token asks about it.
+        let short_question = plain.len() <= 200 && !plain.trim().contains('\n') && plain.trim_end().ends_with('?');
+        let mut scores = [0.0f64; 8];
+        let mut spans: [Vec<(u32, u32)>; 8] = Default::default();
+        for i in matched.iter() {
+            let (family, strength, re) = &self.each[i];
+            let Some(m) = re.find(&n.text) else { continue };
+            let k = family.index();
+            // Quoted in a question about it ("what does 'DAN' mean?"):
+            // talked about, not said.
+            let talked_about = (asks && quoted(&n.text, m.start(), m.end()))
+                || (short_question && *family == RoleInjection && m.start() < plain.len());
+            let strength = if talked_about { strength * QUOTED } else { *strength };
+            scores[k] += strength;
+            spans[k].push(n.source_span(m.start(), m.end()));
+            // A match inside decoded text is also smuggling.
+            if n.decoded_from.is_some_and(|at| m.start() > at) {
+                let s = PayloadSmuggling.index();
+                scores[s] += strength;
+                spans[s].push(n.source_span(m.start(), m.end()));
+            }
+        }
+        let mut verdict = Verdict::default();
+        for family in Family::ALL {
+            let k = family.index();
+            if scores[k] > 0.0 {
+                let score = scores[k].min(1.0);
+                spans[k].sort_unstable();
+                // Overlapping matches of one family make one span.
+                let mut merged: Vec<(u32, u32)> = Vec::new();
+                for &(s, e) in &spans[k] {
+                    match merged.last_mut() {
+                        Some(last) if s <= last.1 => last.1 = last.1.max(e),
+                        _ => merged.push((s, e)),
+                    }
+                }
+                spans[k] = merged;
+                verdict.score += weights.get(family) * score;
+                verdict.families.push(FamilyScore {
+                    family,
+                    score,
+                    spans: std::mem::take(&mut spans[k]),
+                });
+            }
+        }
+        verdict
+    }
+}
+
+#[cfg(test)]
+#[path = "detector_tests.rs"]
+mod tests;

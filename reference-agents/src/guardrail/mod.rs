@@ -1,0 +1,50 @@
+//! Guardrail policies of `guardrail-agent`.
+//!
+//! * [`AddSecurityHeaders`] (`addSecurityHeaders`): fixed headers on responses (or requests).
+//! * [`PromptInjectionGuard`] (`promptInjectionGuard`): normalises the
+//!   prompt (NFKC, confusables, invisible characters, leetspeak, embedded
+//!   base64/hex/rot13), then scores it by attack family (instruction
+//!   override, persona switch, refusal suppression, system-prompt
+//!   exfiltration, role injection, payload smuggling, SQL and command
+//!   injection), each weighted and named in the verdict.
+//! * [`PiiRedaction`] (`piiRedaction`): masks e-mails, phone numbers
+//!   (confirmed with libphonenumber's metadata, national formats of the
+//!   configured regions and international ones), card
+//!   numbers (Luhn), US SSNs, IBANs (mod 97) and IPv4 addresses in bodies,
+//!   keeping JSON valid.
+//! * [`AuditLog`] (`auditLog`): a SHA-256 hash-chained JSON-lines journal,
+//!   as KarnEvil9's, with secrets redacted; [`verify_journal`] checks it.
+
+pub mod audit;
+mod detector;
+mod headers;
+mod indirect;
+mod injection;
+mod normalize;
+mod phone;
+mod pii;
+mod pii_json;
+mod pii_stream;
+mod redactor;
+
+pub use audit::{verify_journal, AuditError, AuditLog, Journal, JournalOptions};
+pub use detector::{Detector, Family, FamilyScore, Verdict, Weights};
+pub use headers::{parse_header_block, AddSecurityHeaders};
+pub use injection::PromptInjectionGuard;
+pub use normalize::{normalize, Normalized};
+pub use phone::{parse_region, PhoneRegion, DEFAULT_REGIONS};
+pub use pii::PiiRedaction;
+pub use redactor::{Counts, PiiType, Redactor};
+
+/// Compiles the prompt-injection classifier's and the PII redactor's
+/// patterns now. Left to the first request that needs them, the compile
+/// holds one of the agent's worker threads meanwhile, and on a busy machine
+/// a health check queued behind it missed its 100 ms timeout: the kernel
+/// then marked the agent unhealthy and answered 503 for a second. An agent
+/// calls this before it serves; a pattern that does not compile is an error
+/// at startup rather than on every request.
+pub fn compile_patterns() -> Result<(), policy_agents::PolicyError> {
+    Detector::shared()?;
+    Redactor::shared()?;
+    Ok(())
+}

@@ -1,0 +1,200 @@
+//! `mcpToolAuthorization`: who may call which tool, prompt or resource.
+//!
+//! Request phase, with the body. Each message of the body (a batch is
+//! decided message by message, and refused whole when any message is
+//! refused) is decided by its method:
+//! * `initialize`, `server/discover`, `ping`, `notifications/*` and
+//!   responses (to the server's own requests): always allowed;
+//! * `tools/call`, `prompts/get` (target: `params.name`) and
+//!   `resources/read` (target: `params.uri`): the first rule matching the
+//!   method, the target and the caller;
+//! * any other method (`tools/list`, `completion/complete`, ...): the first
+//!   rule matching the method and the caller (rules with `tools` never match).
+//!
+//! No matching rule: denied (`default_deny`). Every decision sets metadata
+//! `mcp.method`, `mcp.tool`, `mcp.decision` and `mcp.rule`.
+
+use super::cache::ParamCache;
+use super::deny::{self, config_error, Incoming, Refusal, Style};
+use super::jsonrpc::{classify, Envelope, Kind, MethodClass, DENIED};
+use super::rules::{strip_prefix, Caller, Rules};
+use policy_agents::{describe, Params, Policy, PolicyError, RequestContext, RequestOutcome};
+
+const NAME: &str = "mcpToolAuthorization";
+const KEYS: &[&str] = &["rules", "denial", "tool_prefix_separator"];
+
+/// The rule name of always-allowed messages.
+pub const ALWAYS_ALLOWED: &str = "always_allowed";
+
+/// Parsed params of `mcpToolAuthorization` (and `mcpToolFilter`).
+#[derive(Debug)]
+pub struct AuthzConfig {
+    /// The rules.
+    pub rules: Rules,
+    /// How denials are answered.
+    pub denial: Style,
+    /// The gateway prefix separator, if any.
+    pub prefix_separator: Option<String>,
+}
+
+impl AuthzConfig {
+    /// Parses `rules` (required), `denial`, `tool_prefix_separator`.
+    pub fn parse(p: &Params) -> Result<Self, policy_agents::ParamError> {
+        Ok(AuthzConfig {
+            rules: Rules::parse("rules", p.required("rules")?)?,
+            denial: Style::parse(p, "denial")?,
+            prefix_separator: prefix_separator(p),
+        })
+    }
+}
+
+/// Param `tool_prefix_separator`, when set and not blank.
+pub fn prefix_separator(p: &Params) -> Option<String> {
+    p.get("tool_prefix_separator")
+        .filter(|s| !s.trim().is_empty())
+        .map(String::from)
+}
+
+/// The decision on one message: allowed, and by which rule.
+fn decide<'r>(cfg: &'r AuthzConfig, caller: &Caller, method: &str, target: Option<&str>) -> (bool, &'r str) {
+    match classify(method) {
+        MethodClass::Open => (true, ALWAYS_ALLOWED),
+        MethodClass::Targeted(_) => {
+            let t = target.map(|t| strip_prefix(t, cfg.prefix_separator.as_deref()));
+            let d = cfg.rules.decide(method, t, caller);
+            (d.allowed, d.rule)
+        }
+        MethodClass::Plain => {
+            let d = cfg.rules.decide(method, None, caller);
+            (d.allowed, d.rule)
+        }
+    }
+}
+
+/// Joins up to 512 bytes of names for a batch's metadata.
+fn joined<'a>(names: impl Iterator<Item = &'a str>) -> String {
+    let mut out = String::new();
+    for n in names {
+        if out.len() + n.len() + 1 > 512 {
+            break;
+        }
+        if !out.is_empty() {
+            out.push(',');
+        }
+        out.push_str(n);
+    }
+    if out.is_empty() {
+        "-".to_string()
+    } else {
+        out
+    }
+}
+
+/// Decides a whole body: the outcome and its metadata.
+pub fn authorize(cfg: &AuthzConfig, caller: &Caller, env: &Envelope) -> RequestOutcome {
+    let mut refusals = Vec::new();
+    let mut first_rule: Option<&str> = None;
+    for (i, m) in env.messages.iter().enumerate() {
+        let (allowed, rule) = match (m.kind, m.method.as_deref()) {
+            (Kind::Response, _) | (_, None) => (true, ALWAYS_ALLOWED),
+            (_, Some(method)) => decide(cfg, caller, method, m.target().ok().flatten()),
+        };
+        if rule != ALWAYS_ALLOWED && first_rule.is_none() {
+            first_rule = Some(rule);
+        }
+        if !allowed {
+            let what = m.target().ok().flatten().unwrap_or(m.method.as_deref().unwrap_or("-"));
+            refusals.push(Refusal {
+                index: i,
+                code: DENIED,
+                message: format!("{} denied by policy", m.method.as_deref().unwrap_or("call")),
+                data: serde_json::json!({"rule": rule, "target": what}),
+            });
+        }
+    }
+    let (method, tool) = match env.messages.as_slice() {
+        [m] if !env.batch => (
+            super::metadata_text(m.method.as_deref().unwrap_or("response")),
+            m.target().ok().flatten().unwrap_or("-").to_string(),
+        ),
+        _ => (
+            "batch".to_string(),
+            joined(env.messages.iter().filter_map(|m| m.target().ok().flatten())),
+        ),
+    };
+    let rule = match refusals.first() {
+        Some(r) => r.data["rule"].as_str().unwrap_or("-").to_string(),
+        None => first_rule.unwrap_or(ALWAYS_ALLOWED).to_string(),
+    };
+    let decision = if refusals.is_empty() { "allow" } else { "deny" };
+    let out = if refusals.is_empty() {
+        RequestOutcome::proceed()
+    } else {
+        RequestOutcome::denied_with(deny::render(cfg.denial, true, env, &refusals, "tool_denied"))
+    };
+    let out = out
+        .set_metadata("mcp.method", method)
+        .set_metadata("mcp.tool", super::metadata_text(&tool))
+        .set_metadata("mcp.decision", decision)
+        .set_metadata("mcp.rule", rule);
+    if env.batch {
+        out.set_metadata("mcp.batch_size", env.messages.len().to_string())
+    } else {
+        out
+    }
+}
+
+/// The `mcpToolAuthorization` policy.
+#[derive(Debug)]
+pub struct McpToolAuthorization {
+    cache: ParamCache<AuthzConfig>,
+}
+
+impl Default for McpToolAuthorization {
+    fn default() -> Self {
+        McpToolAuthorization::new()
+    }
+}
+
+impl McpToolAuthorization {
+    /// A policy with an empty params cache.
+    pub fn new() -> Self {
+        McpToolAuthorization {
+            cache: ParamCache::new(KEYS),
+        }
+    }
+}
+
+impl Policy for McpToolAuthorization {
+    type Params = Params;
+    describe! { name: NAME, params: KEYS, body: true }
+
+    async fn on_request(&self, params: &Params, ctx: &RequestContext<'_>) -> Result<RequestOutcome, PolicyError> {
+        let cfg = self
+            .cache
+            .get(params, AuthzConfig::parse)
+            .map_err(|e| config_error(NAME, &e))?;
+        let env = match deny::incoming(NAME, ctx)? {
+            Incoming::NotPost => {
+                return Ok(RequestOutcome::proceed()
+                    .set_metadata("mcp.method", "-")
+                    .set_metadata("mcp.tool", "-")
+                    .set_metadata("mcp.decision", "allow")
+                    .set_metadata("mcp.rule", "not_a_post"))
+            }
+            Incoming::Bad(deny) => {
+                return Ok(RequestOutcome::denied_with(deny)
+                    .set_metadata("mcp.method", "-")
+                    .set_metadata("mcp.tool", "-")
+                    .set_metadata("mcp.decision", "deny")
+                    .set_metadata("mcp.rule", "invalid_jsonrpc"))
+            }
+            Incoming::Messages(env) => env,
+        };
+        Ok(authorize(&cfg, &Caller::from_metadata(ctx.metadata), &env))
+    }
+}
+
+#[cfg(test)]
+#[path = "authorize_tests.rs"]
+mod tests;

@@ -1,0 +1,213 @@
+//! `mcpToolFilter`: a `tools/list` reply shows only the tools the caller
+//! may call.
+//!
+//! Response phase, with the body. Every JSON-RPC message of the reply
+//! (`application/json`, or each event of a `text/event-stream`) whose
+//! `result.tools` is a list keeps the tools for which the same rules as
+//! `mcpToolAuthorization` allow a `tools/call` by this caller; a tool without
+//! a string `name` is dropped. The caller is read from the metadata the
+//! request phase left (`roles`, `scope`, `consumer`, `sub`). The JSON stays
+//! valid, the SSE framing is kept, other messages are untouched. Metadata:
+//! `mcp.tools_listed` (kept), `mcp.tools_hidden` (dropped).
+
+use serde_json::Value;
+
+use super::authorize::AuthzConfig;
+use super::cache::ParamCache;
+use super::deny::config_error;
+use super::reply::{self, Format};
+use super::rules::{strip_prefix, Caller};
+use policy_agents::{describe, Params, Policy, PolicyError, ResponseContext, ResponseOutcome};
+
+const NAME: &str = "mcpToolFilter";
+const KEYS: &[&str] = &["rules", "denial", "tool_prefix_separator"];
+
+/// Drops the tools `caller` may not call from one message; (kept, dropped).
+pub fn filter_message(cfg: &AuthzConfig, caller: &Caller, msg: &mut Value) -> (usize, usize) {
+    let Some(tools) = msg.pointer_mut("/result/tools").and_then(Value::as_array_mut) else {
+        return (0, 0);
+    };
+    let before = tools.len();
+    tools.retain(|t| {
+        t.get("name").and_then(Value::as_str).is_some_and(|name| {
+            let name = strip_prefix(name, cfg.prefix_separator.as_deref());
+            cfg.rules.decide("tools/call", Some(name), caller).allowed
+        })
+    });
+    (tools.len(), before - tools.len())
+}
+
+/// The `mcpToolFilter` policy.
+#[derive(Debug)]
+pub struct McpToolFilter {
+    cache: ParamCache<AuthzConfig>,
+}
+
+impl Default for McpToolFilter {
+    fn default() -> Self {
+        McpToolFilter::new()
+    }
+}
+
+impl McpToolFilter {
+    /// A policy with an empty params cache.
+    pub fn new() -> Self {
+        McpToolFilter {
+            cache: ParamCache::new(KEYS),
+        }
+    }
+}
+
+impl Policy for McpToolFilter {
+    type Params = Params;
+    describe! { name: NAME, params: KEYS, phases: Response, body: true }
+
+    async fn on_response(&self, params: &Params, ctx: &ResponseContext<'_>) -> Result<ResponseOutcome, PolicyError> {
+        let cfg = self
+            .cache
+            .get(params, AuthzConfig::parse)
+            .map_err(|e| config_error(NAME, &e))?;
+        let Some(format) = Format::of(ctx.response.header("content-type")) else {
+            return Ok(ResponseOutcome::proceed());
+        };
+        let body = match ctx.response.body() {
+            Some(b) if !b.is_empty() => b,
+            Some(_) => return Ok(ResponseOutcome::proceed()),
+            None => {
+                return Err(PolicyError::new(format!(
+                    "{NAME}: the response body was not included (the policy requires it)"
+                )))
+            }
+        };
+        if let Some(enc) = ctx
+            .response
+            .header("content-encoding")
+            .filter(|e| !e.eq_ignore_ascii_case("identity"))
+        {
+            return Err(PolicyError::new(format!("{NAME}: cannot filter a {enc}-encoded reply")));
+        }
+        let caller = Caller::from_metadata(ctx.metadata);
+        let (mut kept, mut hidden, mut lists) = (0, 0, 0);
+        let new = reply::rewrite(body, format, &mut |msg| {
+            if msg.pointer("/result/tools").is_some_and(Value::is_array) {
+                lists += 1;
+            }
+            let (k, h) = filter_message(&cfg, &caller, msg);
+            kept += k;
+            hidden += h;
+            h > 0
+        })
+        .map_err(|e| PolicyError::new(format!("{NAME}: {e}")))?;
+        let out = match new {
+            Some(body) => ResponseOutcome::proceed().set_body(body),
+            None => ResponseOutcome::proceed(),
+        };
+        if lists == 0 {
+            return Ok(out);
+        }
+        Ok(out
+            .set_metadata("mcp.tools_listed", kept.to_string())
+            .set_metadata("mcp.tools_hidden", hidden.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use policy_agents::testing::{TestCall, TestRequest, TestResponse};
+
+    const RULES: &str = r#"[{"effect":"allow","tools":["*"],"when":{"roles_any":["admin"]}},{"effect":"allow","tools":["read_*"],"when":{"roles_any":["reader"]}}]"#;
+
+    fn list_reply() -> String {
+        serde_json::json!({"jsonrpc": "2.0", "id": 2, "result": {"tools": [
+            {"name": "read_file", "inputSchema": {"type": "object"}},
+            {"name": "delete_file", "inputSchema": {"type": "object"}},
+            {"name": 7},
+            {"name": "srv__read_log"}
+        ], "nextCursor": "c"}})
+        .to_string()
+    }
+
+    fn names(v: &Value) -> Vec<&str> {
+        v["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap())
+            .collect()
+    }
+
+    async fn run(role: &str, ct: &str, body: &str, sep: Option<&str>) -> ResponseOutcome {
+        let mut params = vec![("rules", RULES)];
+        if let Some(s) = sep {
+            params.push(("tool_prefix_separator", s));
+        }
+        TestCall::new()
+            .params(&params)
+            .metadata("roles", role)
+            .response(
+                &McpToolFilter::new(),
+                &TestRequest::new("POST", "/mcp"),
+                &TestResponse::new(200).header("content-type", ct).body(body.to_string()),
+            )
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn json_lists_are_filtered_per_caller() {
+        let out = run("reader", "application/json", &list_reply(), None).await;
+        let v: Value = serde_json::from_slice(&out.body_set().unwrap().body).unwrap();
+        assert_eq!(names(&v), vec!["read_file"]);
+        assert_eq!(v["result"]["nextCursor"], "c");
+        assert_eq!(out.metadata_value("mcp.tools_hidden"), Some("3"));
+        let out = run("reader", "application/json", &list_reply(), Some("__")).await;
+        let v: Value = serde_json::from_slice(&out.body_set().unwrap().body).unwrap();
+        assert_eq!(names(&v), vec!["read_file", "srv__read_log"]);
+        let out = run("admin", "application/json", &list_reply(), None).await;
+        let v: Value = serde_json::from_slice(&out.body_set().unwrap().body).unwrap();
+        assert_eq!(names(&v), vec!["read_file", "delete_file", "srv__read_log"]);
+        let out = run("nobody", "application/json", &list_reply(), None).await;
+        let v: Value = serde_json::from_slice(&out.body_set().unwrap().body).unwrap();
+        assert!(names(&v).is_empty());
+    }
+
+    #[tokio::test]
+    async fn sse_lists_are_filtered_and_other_replies_untouched() {
+        let sse = format!("event: message\ndata: {}\n\n", list_reply());
+        let out = run("reader", "text/event-stream", &sse, None).await;
+        let text = String::from_utf8(out.body_set().unwrap().body.to_vec()).unwrap();
+        let data = text
+            .strip_prefix("event: message\ndata: ")
+            .unwrap()
+            .strip_suffix("\n\n")
+            .unwrap();
+        assert_eq!(names(&serde_json::from_str(data).unwrap()), vec!["read_file"]);
+        let call = r#"{"jsonrpc":"2.0","id":3,"result":{"content":[]}}"#;
+        let out = run("reader", "application/json", call, None).await;
+        assert!(out.body_set().is_none() && out.metadata_value("mcp.tools_hidden").is_none());
+        let out = run("reader", "text/html", "<html>", None).await;
+        assert!(out.body_set().is_none());
+    }
+
+    #[tokio::test]
+    async fn bad_replies_and_params_fail() {
+        let filter = McpToolFilter::new();
+        let resp = TestResponse::new(200)
+            .header("content-type", "application/json")
+            .body("{oops");
+        let req = TestRequest::new("POST", "/mcp");
+        assert!(TestCall::new()
+            .params(&[("rules", RULES)])
+            .response(&filter, &req, &resp)
+            .await
+            .is_err());
+        let err = TestCall::new()
+            .params(&[("rules", "[{\"effect\":\"sometimes\"}]")])
+            .response(&filter, &req, &resp)
+            .await
+            .unwrap_err();
+        assert!(err.message().contains("`rules`"), "{}", err.message());
+        assert_eq!(err.denial().map(|d| d.status), Some(500));
+    }
+}

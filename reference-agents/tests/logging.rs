@@ -1,0 +1,83 @@
+//! An agent whose stderr nobody reads keeps answering: the real
+//! `example-agent` binary, with its stderr on a pipe that the test leaves
+//! unread while the agent logs a warning per call.
+
+/// The agents' test helpers, shared with the SDK's tests.
+#[path = "../../agents/tests/common/mod.rs"]
+mod common;
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_log_reader_does_not_stall_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("agent.sock");
+    let child = Command::new(env!("CARGO_BIN_EXE_example-agent"))
+        .arg("--socket")
+        .arg(&socket)
+        .env("RUST_LOG", "warn")
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn example-agent");
+    // Killed when dropped, should the test fail.
+    let mut spawned = Spawned { child, socket, dir };
+    wait_for_socket(&spawned.socket).await;
+    let mut agent = spawned.client().await;
+
+    // An unknown policy fails, and the agent logs one warning (~200 bytes)
+    // per call: far more than the pipe (64 KiB) and the held-back lines
+    // (1 MiB) take.
+    let calls = 8_000;
+    for i in 0..calls {
+        let call = request_call(&format!("r{i}"), vec![policy("nope", &[], "")]);
+        let reply = tokio::time::timeout(Duration::from_secs(10), agent.execute_policy_request(call))
+            .await
+            .unwrap_or_else(|_| panic!("call {i} not answered in 10 s: the agent blocked on its stderr"))
+            .expect("call answered");
+        assert_eq!(immediate(&reply.into_inner()).map(|d| d.status_code), Some(500));
+    }
+
+    // Now read: every line that was held back arrives whole, then one note
+    // with the number dropped, and together they account for every call.
+    let mut stderr = spawned.child.stderr.take().unwrap();
+    let text = tokio::task::spawn_blocking(move || {
+        let mut text = String::new();
+        let mut buf = vec![0; 1 << 16];
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !text.contains("log lines dropped") {
+            assert!(Instant::now() < deadline, "no note; read {} bytes", text.len());
+            let n = stderr.read(&mut buf).expect("read stderr");
+            assert!(n > 0, "stderr closed before the note");
+            text.push_str(std::str::from_utf8(&buf[..n]).expect("utf-8"));
+        }
+        text
+    })
+    .await
+    .unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let (note, written) = lines.split_last().unwrap();
+    let dropped: usize = note
+        .rsplit_once("dropped=")
+        .and_then(|(_, n)| n.parse().ok())
+        .unwrap_or_else(|| panic!("note without a count: {note}"));
+    assert!(note.contains(" WARN "), "{note}");
+    assert!(dropped > 0, "more than the backlog was logged");
+    for l in written {
+        assert!(
+            l.contains("policy failed") && l.ends_with("on_failure=Deny"),
+            "a cut or foreign line: {l:?}"
+        );
+    }
+    assert_eq!(written.len() + dropped, calls, "every warning written or counted");
+
+    // SIGTERM: a clean exit.
+    sigterm(&spawned.child);
+    let status = wait_exit(&mut spawned.child, Duration::from_secs(15));
+    assert!(status.success(), "exit {status}");
+}
