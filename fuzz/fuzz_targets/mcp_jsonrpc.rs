@@ -3,8 +3,10 @@
 //! body always gets a decision with its metadata.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use reference_agents::tool::{authorize, jsonrpc, rules::Caller, AuthzConfig};
 use policy_agents::Params;
+use reference_agents::jsonrpc;
+use reference_agents::rules::Caller;
+use reference_agents::tool::{authorize, AuthzConfig};
 
 fuzz_target!(|data: &[u8]| {
     match jsonrpc::parse(data) {
@@ -18,7 +20,10 @@ fuzz_target!(|data: &[u8]| {
             .into_iter()
             .collect();
             let cfg = AuthzConfig::parse(&params).expect("valid rules");
-            let caller = Caller { roles: vec!["admin".into()], ..Caller::default() };
+            let caller = Caller {
+                roles: vec!["admin".into()],
+                ..Caller::default()
+            };
             let out = authorize(&cfg, &caller, &env);
             assert!(out.metadata_value("mcp.decision").is_some());
         }

@@ -13,7 +13,9 @@ fuzz_target!(|data: &[u8]| {
     for line in data.split(|&b| b == b'\n') {
         let utf8 = std::str::from_utf8(line).is_ok();
         let text = String::from_utf8_lossy(line);
-        let Ok(doc) = serde_json::from_str::<serde_json::Value>(&text) else { continue };
+        let Ok(doc) = serde_json::from_str::<serde_json::Value>(&text) else {
+            continue;
+        };
         if asm.feed(&doc, utf8).is_err() {
             assert!(asm.calls.len() >= MAX_CALLS);
             break;

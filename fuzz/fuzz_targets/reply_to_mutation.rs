@@ -3,14 +3,24 @@
 //! accepts (policy_kernel::envoy::translate::check_envoy_accepts).
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use policy_kernel::aggregate::{convert_request_reply, convert_response_reply, Metadata, Mutations, RequestCtx, ResponseCtx};
+use policy_kernel::aggregate::{
+    convert_request_reply, convert_response_reply, Metadata, Mutations, RequestCtx, ResponseCtx,
+};
 use policy_kernel::envoy::translate::{check_envoy_accepts, common, Answer};
 use policy_kernel::proto::{PolicyRequestResponse, PolicyResponseResponse};
 use prost::Message;
 
 fuzz_target!(|data: &[u8]| {
-    let mut req = RequestCtx { path: "/p?a=1&b=2".into(), method: "GET".into(), request_id: "id".into(), ..Default::default() };
-    let mut resp = ResponseCtx { status: 200, ..Default::default() };
+    let mut req = RequestCtx {
+        path: "/p?a=1&b=2".into(),
+        method: "GET".into(),
+        request_id: "id".into(),
+        ..Default::default()
+    };
+    let mut resp = ResponseCtx {
+        status: 200,
+        ..Default::default()
+    };
     let (mut rm, mut sm, mut meta) = (Mutations::default(), Mutations::default(), Metadata::new());
     for (n, chunk) in data.split(|&b| b == 0xFF).enumerate() {
         if n % 2 == 0 {

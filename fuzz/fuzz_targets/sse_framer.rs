@@ -8,7 +8,9 @@ use policy_net::sse::{self, Framer};
 
 fuzz_target!(|data: &[u8]| {
     // The first byte picks the limit, the next ones chunk sizes; the rest is the body.
-    let Some((&limit, rest)) = data.split_first() else { return };
+    let Some((&limit, rest)) = data.split_first() else {
+        return;
+    };
     let (sizes, body) = rest.split_at(rest.len().min(8));
     let mut framer = Framer::new(64 + usize::from(limit) * 64);
     let mut out = Vec::new();
@@ -20,7 +22,15 @@ fuzz_target!(|data: &[u8]| {
         match framer.push(&body[pos..pos + n]) {
             Ok(events) => {
                 for e in events {
-                    assert!(e.ends_with(b"\n\n") || e.ends_with(b"\r\r") || e.ends_with(b"\n\r") || e.ends_with(b"\r\n") || e == "\n" || e == "\r", "{e:?}");
+                    assert!(
+                        e.ends_with(b"\n\n")
+                            || e.ends_with(b"\r\r")
+                            || e.ends_with(b"\n\r")
+                            || e.ends_with(b"\r\n")
+                            || e == "\n"
+                            || e == "\r",
+                        "{e:?}"
+                    );
                     let _ = sse::data(&e);
                     let _ = sse::event_type(&e);
                     out.extend_from_slice(&e);

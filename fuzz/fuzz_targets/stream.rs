@@ -15,7 +15,10 @@ use libfuzzer_sys::fuzz_target;
 use policy_kernel::envoy::session::Session;
 use policy_kernel::envoy::translate::check_envoy_accepts;
 use policy_kernel::kernel::Kernel;
-use policy_kernel::proto::{self, policy_agent_server::{PolicyAgent, PolicyAgentServer}};
+use policy_kernel::proto::{
+    self,
+    policy_agent_server::{PolicyAgent, PolicyAgentServer},
+};
 use prost::Message;
 use tonic::{Request as Req, Response as Resp, Status};
 
@@ -34,7 +37,10 @@ fn next_reply() -> (Vec<u8>, bool) {
 
 #[tonic::async_trait]
 impl PolicyAgent for FuzzAgent {
-    async fn execute_policy_request(&self, r: Req<proto::PolicyRequestPhase>) -> Result<Resp<proto::PolicyRequestResponse>, Status> {
+    async fn execute_policy_request(
+        &self,
+        r: Req<proto::PolicyRequestPhase>,
+    ) -> Result<Resp<proto::PolicyRequestResponse>, Status> {
         let (bytes, keep) = next_reply();
         let mut reply = proto::PolicyRequestResponse::decode(bytes.as_slice()).unwrap_or_default();
         if !keep {
@@ -42,7 +48,10 @@ impl PolicyAgent for FuzzAgent {
         }
         Ok(Resp::new(reply))
     }
-    async fn execute_policy_response(&self, r: Req<proto::PolicyResponsePhase>) -> Result<Resp<proto::PolicyResponseResponse>, Status> {
+    async fn execute_policy_response(
+        &self,
+        r: Req<proto::PolicyResponsePhase>,
+    ) -> Result<Resp<proto::PolicyResponseResponse>, Status> {
         let (bytes, keep) = next_reply();
         let mut reply = proto::PolicyResponseResponse::decode(bytes.as_slice()).unwrap_or_default();
         if !keep {
@@ -50,7 +59,10 @@ impl PolicyAgent for FuzzAgent {
         }
         Ok(Resp::new(reply))
     }
-    async fn execute_policy_response_chunk(&self, r: Req<proto::PolicyResponseChunk>) -> Result<Resp<proto::PolicyResponseChunkReply>, Status> {
+    async fn execute_policy_response_chunk(
+        &self,
+        r: Req<proto::PolicyResponseChunk>,
+    ) -> Result<Resp<proto::PolicyResponseChunkReply>, Status> {
         let (bytes, keep) = next_reply();
         let mut reply = proto::PolicyResponseChunkReply::decode(bytes.as_slice()).unwrap_or_default();
         if !keep {
@@ -58,7 +70,10 @@ impl PolicyAgent for FuzzAgent {
         }
         Ok(Resp::new(reply))
     }
-    async fn get_agent_config(&self, _: Req<proto::GetAgentConfigRequest>) -> Result<Resp<proto::GetAgentConfigResponse>, Status> {
+    async fn get_agent_config(
+        &self,
+        _: Req<proto::GetAgentConfigRequest>,
+    ) -> Result<Resp<proto::GetAgentConfigResponse>, Status> {
         let policy = |name: &str, body: bool| proto::PolicyInfo {
             name: name.into(),
             version: "1".into(),
@@ -73,8 +88,14 @@ impl PolicyAgent for FuzzAgent {
             supported_policies: vec![policy("headers", false), policy("body", true), policy("stream", true)],
         }))
     }
-    async fn health_check(&self, _: Req<proto::HealthCheckRequest>) -> Result<Resp<proto::HealthCheckResponse>, Status> {
-        Ok(Resp::new(proto::HealthCheckResponse { status: proto::health_check_response::Status::Serving as i32, message: String::new() }))
+    async fn health_check(
+        &self,
+        _: Req<proto::HealthCheckRequest>,
+    ) -> Result<Resp<proto::HealthCheckResponse>, Status> {
+        Ok(Resp::new(proto::HealthCheckResponse {
+            status: proto::health_check_response::Status::Serving as i32,
+            message: String::new(),
+        }))
     }
 }
 

@@ -18,7 +18,19 @@
 //! * [`planner`]: `planCritic`, `planCriticStream`, `untrustedInput`
 //!   (`planner-agent`): planned tool calls of completions, checked with the
 //!   tool agent's rules and argument guards; untrusted prompt text fenced off.
-//! * [`text`]: helpers shared by policies that read chat-completion bodies.
+//!
+//! The layers they share, one copy each:
+//!
+//! * [`rules`]: the rule engine (ordered rules, first match wins, default
+//!   deny, on methods, targets and the caller that the auth policies
+//!   recorded): MCP tools, planned tool calls.
+//! * [`jsonrpc`]: JSON-RPC 2.0 bodies (one message or a batch), parsed
+//!   strictly.
+//! * [`normalize`]: folding text to the plain form detectors read
+//!   (NFKC, confusables, invisible characters, leetspeak, embedded
+//!   encodings), with offsets back into the original.
+//! * [`text`]: helpers for policies that read chat-completion bodies.
+//! * [`param_cache`]: parsed params kept per distinct raw value.
 //!
 //! Binaries: `auth-agent`, `ratelimit-agent`, `guardrail-agent`,
 //! `tool-agent`, `planner-agent`, and `example-agent` (the smallest useful
@@ -26,8 +38,12 @@
 
 pub mod auth;
 pub mod guardrail;
+pub mod jsonrpc;
+pub mod normalize;
+pub mod param_cache;
 pub mod planner;
 pub mod ratelimit;
+pub mod rules;
 pub mod text;
 pub mod tool;
 

@@ -17,7 +17,7 @@ use std::sync::LazyLock;
 
 use regex::{Regex, RegexSet, RegexSetBuilder};
 
-use super::normalize::{normalize, Normalized};
+use crate::normalize::{normalize, Normalized};
 use policy_agents::PolicyError;
 
 /// A family of attacks, each a named category in the verdict.
@@ -271,7 +271,7 @@ static DETECTOR: LazyLock<Result<Detector, regex::Error>> = LazyLock::new(Detect
 
 impl Detector {
     fn compile() -> Result<Self, regex::Error> {
-        super::normalize::compile()?;
+        crate::normalize::compile()?;
         let pats = patterns();
         let set = RegexSetBuilder::new(pats.iter().map(|(_, _, p)| p))
             .size_limit(64 << 20)

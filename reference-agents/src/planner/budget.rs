@@ -23,9 +23,9 @@ use serde_json::{json, Value};
 use super::plan_critic::config_error_named;
 pub use super::session_store::MAX_SESSIONS;
 use super::session_store::{delta, SessionStore};
+use crate::param_cache::ParamCache;
 use crate::ratelimit::estimate_tokens;
 use crate::ratelimit::stream_usage::usage_tokens;
-use crate::tool::cache::ParamCache;
 use policy_agents::{
     describe, Deny, Metadata, ParamError, Params, Policy, PolicyError, RequestContext, RequestOutcome, RequestView,
     ResponseContext, ResponseOutcome,

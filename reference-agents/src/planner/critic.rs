@@ -20,7 +20,7 @@ use jsonschema::Validator;
 use serde_json::Value;
 
 use super::calls::{Arguments, Declared, PlannedCall};
-use crate::tool::rules::{strip_prefix, Caller, Rules};
+use crate::rules::{strip_prefix, Caller, Rules};
 use crate::tool::{check_call, GuardConfig};
 use policy_agents::{ParamError, Params};
 

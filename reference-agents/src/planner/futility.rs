@@ -27,7 +27,7 @@ use super::history::{steps, Step};
 use super::plan_critic::config_error_named;
 use super::session_store::{SessionStore, SessionStoreError};
 pub use super::session_store::{MAX_SEEN, MAX_SESSIONS};
-use crate::tool::cache::ParamCache;
+use crate::param_cache::ParamCache;
 use crate::tool::metadata_text;
 use policy_agents::{describe, Deny, ParamError, Params, Policy, PolicyError, RequestContext, RequestOutcome};
 

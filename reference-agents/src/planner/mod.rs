@@ -5,7 +5,7 @@
 //!   completion (OpenAI `tool_calls`, Anthropic `tool_use` blocks) are
 //!   checked against the allowed or declared tools, their JSON Schemas, a
 //!   step limit and the rules and argument guards of the MCP tool agent
-//!   (the same code: [`crate::tool::rules`],
+//!   (the same code: [`crate::rules`],
 //!   [`crate::tool::check_call`]); refused calls block the
 //!   response, are stripped, or are flagged.
 //! * `PlanCriticStream` (`planCriticStream`, both phases): the same on

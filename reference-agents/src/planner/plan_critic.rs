@@ -16,9 +16,9 @@ use serde_json::{json, Value};
 
 use super::calls::{declared_tools, planned_calls, strip, Declared, Location};
 use super::critic::{CriticConfig, Finding, OnViolation, PlanContext, SchemaCache, KEYS};
-use crate::tool::cache::ParamCache;
+use crate::param_cache::ParamCache;
+use crate::rules::Caller;
 use crate::tool::metadata_text;
-use crate::tool::rules::Caller;
 use policy_agents::{
     describe, Deny, ParamError, Params, Policy, PolicyError, RequestContext, RequestOutcome, ResponseContext,
     ResponseOutcome,

@@ -32,9 +32,9 @@ use super::calls::{planned_calls, strip, Location};
 use super::critic::{CriticConfig, Finding, OnViolation, PlanContext, SchemaCache, KEYS};
 use super::declared::DeclaredStore;
 use super::plan_critic::{block_body, request_tools};
-use crate::tool::cache::ParamCache;
+use crate::param_cache::ParamCache;
+use crate::rules::Caller;
 use crate::tool::metadata_text;
-use crate::tool::rules::Caller;
 use policy_agents::stream::sse;
 use policy_agents::{
     describe, ChunkContext, ChunkOutcome, Framing, ParamError, Params, Policy, PolicyError, RequestContext,

@@ -21,7 +21,7 @@ use serde_json::Value;
 
 use super::plan_critic::config_error_named;
 use super::splice::{changed_strings, replace_strings};
-use crate::tool::cache::ParamCache;
+use crate::param_cache::ParamCache;
 use policy_agents::{describe, ParamError, Params, Policy, PolicyError, RequestContext, RequestOutcome};
 
 const NAME: &str = "untrustedInput";

@@ -21,12 +21,12 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::authorize::prefix_separator;
-use super::cache::ParamCache;
 use super::deny::{self, config_error, Incoming, Refusal, Style};
-use super::jsonrpc::{Envelope, DENIED};
 use super::paths::{check_command, check_path, normalise};
-use super::rules::strip_prefix;
 use super::urls::{check_url, HostPattern};
+use crate::jsonrpc::{Envelope, DENIED};
+use crate::param_cache::ParamCache;
+use crate::rules::strip_prefix;
 use policy_agents::{describe, ParamError, Params, Policy, PolicyError, RequestContext, RequestOutcome};
 
 const NAME: &str = "toolArgumentGuard";

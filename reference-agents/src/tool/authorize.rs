@@ -14,10 +14,10 @@
 //! No matching rule: denied (`default_deny`). Every decision sets metadata
 //! `mcp.method`, `mcp.tool`, `mcp.decision` and `mcp.rule`.
 
-use super::cache::ParamCache;
 use super::deny::{self, config_error, Incoming, Refusal, Style};
-use super::jsonrpc::{classify, Envelope, Kind, MethodClass, DENIED};
-use super::rules::{strip_prefix, Caller, Rules};
+use crate::jsonrpc::{classify, Envelope, Kind, MethodClass, DENIED};
+use crate::param_cache::ParamCache;
+use crate::rules::{strip_prefix, Caller, Rules};
 use policy_agents::{describe, Params, Policy, PolicyError, RequestContext, RequestOutcome};
 
 const NAME: &str = "mcpToolAuthorization";

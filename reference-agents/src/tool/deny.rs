@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 
-use super::jsonrpc::{self, BodyError, Envelope, Kind, INTERNAL_ERROR};
+use crate::jsonrpc::{self, BodyError, Envelope, Kind, INTERNAL_ERROR};
 use policy_agents::{Deny, ParamError, Params, PolicyError, RequestContext};
 
 /// The challenge of an `http_403` denial (as Envoy AI Gateway sends it).

@@ -13,10 +13,10 @@
 use serde_json::Value;
 
 use super::authorize::AuthzConfig;
-use super::cache::ParamCache;
 use super::deny::config_error;
 use super::reply::{self, Format};
-use super::rules::{strip_prefix, Caller};
+use crate::param_cache::ParamCache;
+use crate::rules::{strip_prefix, Caller};
 use policy_agents::{describe, Params, Policy, PolicyError, ResponseContext, ResponseOutcome};
 
 const NAME: &str = "mcpToolFilter";

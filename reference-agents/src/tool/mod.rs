@@ -15,20 +15,19 @@
 //!   against the tools' JSON Schemas, from a file or learned from
 //!   `tools/list` replies.
 //!
-//! One file per concern: [`jsonrpc`] (parsing), [`rules`], `args` (the
-//! guard), [`urls`] (SSRF), [`paths`] (paths and commands), `deny`
-//! (denial rendering and body handling), `reply` (JSON and SSE replies),
-//! `schema`, `filter`, `authorize`, `cache` (parsed params).
+//! One file per concern: `args` (the guard), [`urls`] (SSRF), [`paths`]
+//! (paths and commands), `deny` (denial rendering and body handling),
+//! `reply` (JSON and SSE replies), `schema`, `filter`, `authorize`. The
+//! layers they share with other agents are at the crate's root:
+//! [`jsonrpc`](crate::jsonrpc) (parsing), [`rules`](crate::rules),
+//! [`param_cache`](crate::param_cache) (parsed params).
 
 mod args;
 mod authorize;
-pub(crate) mod cache;
-mod deny;
+pub(crate) mod deny;
 mod filter;
-pub mod jsonrpc;
 pub mod paths;
 mod reply;
-pub mod rules;
 mod schema;
 pub mod urls;
 

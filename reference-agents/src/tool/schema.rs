@@ -26,11 +26,11 @@ use jsonschema::Validator;
 use serde_json::{json, Map, Value};
 
 use super::authorize::prefix_separator;
-use super::cache::ParamCache;
 use super::deny::{self, config_error, Incoming, Refusal, Style};
-use super::jsonrpc::{Envelope, INVALID_PARAMS};
 use super::reply::{self, Format};
-use super::rules::strip_prefix;
+use crate::jsonrpc::{Envelope, INVALID_PARAMS};
+use crate::param_cache::ParamCache;
+use crate::rules::strip_prefix;
 use policy_agents::{
     describe, ParamError, Params, Policy, PolicyError, RequestContext, RequestOutcome, ResponseContext, ResponseOutcome,
 };

@@ -6,7 +6,7 @@
 //! agent's default (`--audit-path` / `--audit-dir`) unless the `path` param
 //! overrides it; a relative `path` is taken inside the default's directory.
 //! A streamed response is recorded at its end, with the count, size and
-//! SHA-256 of its events ([`stream`]).
+//! SHA-256 of its events (`stream`).
 
 mod digest;
 mod journal;
