@@ -31,6 +31,13 @@
 //! - [`telemetry`] — JSON logs, Prometheus metrics, OpenTelemetry traces.
 //! - [`proto`] — generated types of `proto/policy_agent.proto`.
 //! - [`wire`] — policy calls encoded once from borrowed request data.
+//!
+//! Beside this crate, in the workspace: `proto/` (the kernel–agent
+//! contract), `net/` (`policy-net`: the Unix-socket stream, the agent codec,
+//! SSE framing, log output), `agents/` (`policy-agents`, the SDK for writing
+//! agents), `reference-agents/` (the reference policies and agent binaries),
+//! `benches/`, `fuzz/`, `tests/` (end-to-end through a real Envoy) and
+//! `docs/` (the reference pages).
 
 pub mod admin;
 pub mod aggregate;
