@@ -117,9 +117,11 @@ pub trait Policy: Send + Sync + 'static {
     /// True when the policy can take the response body piece by piece
     /// ([`Policy::on_response_chunk`]) instead of whole. When every body
     /// policy of a route's response chain streams, the kernel streams the
-    /// response instead of buffering it, and this policy's
-    /// [`Policy::on_response`] runs at the response headers without the
-    /// body. Meaningful with [`Policy::requires_body`].
+    /// response instead of buffering it and calls only the streaming hook of
+    /// this policy for that response, not [`Policy::on_response`]. When
+    /// another body policy of the chain cannot stream, the response is
+    /// buffered and [`Policy::on_response`] runs with the whole body, as for
+    /// any policy. Meaningful with [`Policy::requires_body`].
     fn streams_response_body(&self) -> bool {
         false
     }

@@ -6,7 +6,7 @@
 //! the response (`STREAMED` body mode, through `mode_override`) instead of
 //! buffering it ([`split_plan`]); `STREAMED` rather than
 //! `FULL_DUPLEX_STREAMED`, which would make the kernel send every byte back
-//! for about 0.1 ms less to the first byte (README, "Streamed responses";
+//! for about 0.1 ms less to the first byte (docs/streaming.md;
 //! `benches/RESULTS.md`, 2026-11-24). The header-only policies of the response
 //! chain run at the response headers as usual; the streaming ones
 //! ([`Streamer`]) then see the body piece by piece:
