@@ -320,12 +320,6 @@ static_resources:
     }
 }
 
-/// The HTTP filters every test Envoy runs (see [`EnvoyConfig`]), with one
-/// kernel.
-pub fn ext_proc_filters(message_timeout: &str) -> String {
-    http_filters(message_timeout, false)
-}
-
 /// The HTTP filters: ext_proc to the `policy_kernel` cluster (with gRPC
 /// retries on another host when `retry`), then the router. Indented for an
 /// `http_connection_manager`'s `typed_config`.
@@ -364,19 +358,9 @@ fn http_filters(message_timeout: &str, retry: bool) -> String {
 }
 
 impl Envoy {
-    /// Starts the harness' Envoy in `dir`, in front of the kernel socket and
-    /// upstream port.
-    pub fn start(dir: &Path, kernel_socket: &Path, upstream: u16) -> Self {
-        Self::start_at(dir, KernelAt::Socket(kernel_socket), upstream)
-    }
-
-    /// Starts the harness' Envoy in `dir`, reaching the kernel at `kernel`.
-    pub fn start_at(dir: &Path, kernel: KernelAt<'_>, upstream: u16) -> Self {
-        Self::launch(
-            dir,
-            &EnvoyConfig::harness(kernel, upstream).render(),
-            &["-l", "warning"],
-        )
+    /// Starts Envoy in `dir` on the config `config` renders.
+    pub fn start(dir: &Path, config: &EnvoyConfig<'_>) -> Self {
+        Self::launch(dir, &config.render(), &["-l", "warning"])
     }
 
     /// Starts Envoy in `dir` on `config` (one listener), with `args` added to

@@ -7,13 +7,12 @@
 //! supervisord and the `/proc` samples ([`super::procs`]).
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[allow(unused_imports)]
 pub use super::agents::agent_yaml;
-use super::envoy::EnvoyConfig;
 #[allow(unused_imports)]
 pub use super::envoy::{deployed_message_timeout_ms, envoy_alive, EnvoyOpts, ENVOY_BUFFER_LIMIT};
 #[allow(unused_imports)]
@@ -21,16 +20,6 @@ pub use super::kernel::restart_kernel;
 #[allow(unused_imports)]
 pub use super::procs::*;
 use super::Envoy;
-
-/// The suite's Envoy config, in front of the kernel socket and the upstream.
-pub fn envoy_config(kernel_socket: &Path, upstream: u16, o: &EnvoyOpts) -> String {
-    EnvoyConfig::deployed(&[kernel_socket], upstream, o).render()
-}
-
-/// Starts an Envoy in `dir` in front of the kernel socket and the upstream.
-pub fn start_envoy(dir: &Path, kernel_socket: &Path, upstream: u16, opts: &EnvoyOpts) -> Envoy {
-    Envoy::launch(dir, &envoy_config(kernel_socket, upstream, opts), &["-l", "warning"])
-}
 
 // ---------------------------------------------------------------- scale
 

@@ -1,6 +1,7 @@
 //! Test harness: real processes (kernel binary, agents, Envoy) on sockets
 //! and ports picked at run time, and in-process upstreams. Every process is
-//! killed when its handle drops.
+//! killed when its handle drops. An end-to-end test starts its whole stack
+//! (Envoy, kernel, agents, upstream) with [`stack::Stack::builder`].
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -17,11 +18,13 @@ pub mod kernel;
 pub mod load;
 pub mod management;
 pub mod procs;
+pub mod python;
 /// The agents' redis-server helper, shared (one file for both packages).
 #[path = "../../agents/tests/common/redis_server.rs"]
 pub mod redis;
 pub mod reference;
 pub mod sse_upstream;
+pub mod stack;
 pub mod supervise;
 #[allow(unused_imports)]
 pub use agents::{agent_entry, RefAgent, TestAgent};
@@ -31,6 +34,8 @@ pub use envoy::Envoy;
 pub use http::{send, Got, Upstream};
 #[allow(unused_imports)]
 pub use kernel::KernelProc;
+#[allow(unused_imports)]
+pub use stack::Stack;
 
 /// The project root.
 pub fn root() -> &'static Path {

@@ -1,13 +1,11 @@
 //! Helpers of the upgrade and restart tests (`tests/upgrade.rs`): the
-//! generations of a kernel run by `policy-kernel supervise`, the `upgrade`
-//! command, and an Envoy in front of two kernels.
+//! generations of a kernel run by `policy-kernel supervise` and the
+//! `upgrade` command. (Two kernels behind one Envoy:
+//! [`super::stack::StackBuilder::two_kernels`].)
 
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
-
-use super::envoy::{EnvoyConfig, EnvoyOpts};
-use super::Envoy;
 
 /// The generation header the upgrade tests configure
 /// (`server.generations.header`), kept on each answer (`load::hit`).
@@ -65,11 +63,3 @@ pub fn single_generation(pid: u32, timeout: Duration) -> Option<u32> {
 
 #[allow(unused_imports)]
 pub use super::envoy::{TWO_KERNEL_OUTLIER, TWO_KERNEL_RETRY_ON};
-
-/// Envoy configured like the suite's (`load::start_envoy`), with the
-/// `policy_kernel` cluster made of two kernels (`a`, `b`), and gRPC retries
-/// of the ext_proc stream (`EnvoyConfig`).
-pub fn start_envoy_two_kernels(dir: &Path, a: &Path, b: &Path, upstream: u16, opts: &EnvoyOpts) -> Envoy {
-    let config = EnvoyConfig::deployed(&[a, b], upstream, opts).render();
-    Envoy::launch(dir, &config, &["-l", "warning"])
-}
