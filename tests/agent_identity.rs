@@ -64,19 +64,20 @@ fn agent_as(uid: u32, dir: &Path, socket: &Path, tag: &str) -> Proc {
     p
 }
 
-fn kernel_config(socket: &Path, agent: &Path, metrics: u16, agent_extra: &str) -> String {
+/// The kernel's agents (`auth` on `agent`, `agent_extra` lines in its
+/// entry) and route.
+fn body(agent: &Path, agent_extra: &str) -> String {
     format!(
-        "policy_kernel:\n  server:\n    socket_path: {}\n  observability:\n    metrics_port: {metrics}\n    log_level: debug\n  agents:\n    - name: auth\n      socket_path: {}\n      health_check_interval_ms: 100\n{agent_extra}  route_policies:\n    - route_name: resp\n      request_policy_chain: [{{policy: tag}}]\n",
-        socket.display(),
+        "  agents:\n    - name: auth\n      socket_path: {}\n      health_check_interval_ms: 100\n{agent_extra}  route_policies:\n    - route_name: resp\n      request_policy_chain: [{{policy: tag}}]\n",
         agent.display()
     )
 }
 
 /// GETs `/resp/x` through Envoy until the status is `want` (or 10 s pass).
-async fn until_status(client: &reqwest::Client, envoy: &Envoy, want: u16) -> Got {
+async fn until_status(s: &Stack, want: u16) -> Got {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let r = send(client, "GET", &envoy.url("/resp/x"), &[], None).await;
+        let r = s.get("/resp/x", &[]).await;
         if r.status == want || Instant::now() > deadline {
             return r;
         }
@@ -90,46 +91,37 @@ async fn an_agent_socket_served_by_another_user_is_refused_and_the_expected_one_
         eprintln!("skipped: starting processes as two users needs root (setpriv)");
         return;
     }
-    let tmp = workdir();
-    let dir = tmp.path();
-    chmod(dir, 0o755);
+    let b = Stack::builder();
+    let dir = b.dir().to_path_buf();
+    chmod(&dir, 0o755);
     // The agents' directory: both users may create their socket there (the
     // weakness the check defends against).
     let agents = dir.join("agents");
     std::fs::create_dir(&agents).unwrap();
     chmod(&agents, 0o777);
-    // The kernel's own socket directory, its user's.
+    // The kernel's own socket directory, its user's, and its config
+    // readable by it.
     let kdir = dir.join("k");
     std::fs::create_dir(&kdir).unwrap();
     std::os::unix::fs::chown(&kdir, Some(KERNEL_UID), Some(GID)).unwrap();
     chmod(&kdir, 0o750);
+    std::fs::write(kdir.join("kernel.yaml"), "").unwrap();
+    chmod(&kdir.join("kernel.yaml"), 0o644);
     let agent_socket = agents.join("auth.sock");
-    let kernel_socket = kdir.join("kernel.sock");
-    let metrics = free_port();
-    let config = dir.join("kernel.yaml");
-    std::fs::write(&config, kernel_config(&kernel_socket, &agent_socket, metrics, "")).unwrap();
-    chmod(&config, 0o644);
 
     let mut right = agent_as(KERNEL_UID, &agents, &agent_socket, "kernel-user");
-    let kernel_log = dir.join("kernel.log");
-    let mut cmd = as_user(KERNEL_UID, Path::new(env!("CARGO_BIN_EXE_policy-kernel")));
-    cmd.arg(format!("--config={}", config.display()));
-    let kernel = Proc::spawn("kernel", &mut cmd, &kernel_log);
-    wait_socket(&kernel_socket, Duration::from_secs(20));
-    let log = || std::fs::read_to_string(&kernel_log).unwrap_or_default();
-    let metric = |sample: &str| -> f64 {
-        let (_, text) = http_get(metrics, "/metrics");
-        text.lines()
-            .find_map(|l| l.strip_prefix(sample).and_then(|r| r.strip_prefix(' ')))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0.0)
-    };
-    let upstream = Upstream::start().await;
-    let envoy = Envoy::start(dir, &kernel_socket, upstream.addr.port());
-    let client = reqwest::Client::new();
+    let (reuid, regid) = (format!("--reuid={KERNEL_UID}"), format!("--regid={GID}"));
+    let s = b
+        .kernel_dir("k")
+        .kernel_prefix(&["setpriv", &reuid, &regid, "--clear-groups"])
+        .kernel_body(&body(&agent_socket, ""))
+        .start()
+        .await;
+    let log = || s.kernel.log();
+    let metric = |sample: &str| s.kernel.metric(sample);
 
     // The agent runs as the kernel's user (the default expected_uid).
-    let r = until_status(&client, &envoy, 200).await;
+    let r = until_status(&s, 200).await;
     assert_eq!(r.status, 200, "{}\n{}", r.body, log());
     assert_eq!(r.echoed_header("x-served-by").as_deref(), Some("kernel-user"));
     let mismatches = "policy_kernel_agent_identity_mismatch_total{agent=\"auth\"}";
@@ -145,7 +137,7 @@ async fn an_agent_socket_served_by_another_user_is_refused_and_the_expected_one_
         assert!(Instant::now() < deadline, "no identity mismatch counted:\n{}", log());
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let r = send(&client, "GET", &envoy.url("/resp/x"), &[], None).await;
+    let r = s.get("/resp/x", &[]).await;
     assert_eq!(r.status, 503, "{}\n{}", r.body, log());
     assert!(r.body.contains("AGENT_UNAVAILABLE"), "{}", r.body);
     assert_eq!(metric("policy_kernel_agent_health{agent=\"auth\"}"), 0.0);
@@ -158,7 +150,7 @@ async fn an_agent_socket_served_by_another_user_is_refused_and_the_expected_one_
     assert_eq!(line["uid_found"], format!("Some({OTHER_UID})"), "{line}");
     assert_eq!(line["expected_uid"], KERNEL_UID, "{line}");
     for _ in 0..5 {
-        let r = send(&client, "GET", &envoy.url("/resp/x"), &[], None).await;
+        let r = s.get("/resp/x", &[]).await;
         assert_eq!(r.status, 503, "the impostor served a request: {}", r.body);
     }
     let impostor_events = std::fs::read_to_string(agents.join(format!("agent-{OTHER_UID}.events"))).unwrap_or_default();
@@ -168,18 +160,12 @@ async fn an_agent_socket_served_by_another_user_is_refused_and_the_expected_one_
     );
 
     // Expecting the other user (a reload) makes that agent the right one.
-    std::fs::write(
-        &config,
-        kernel_config(
-            &kernel_socket,
-            &agent_socket,
-            metrics,
-            &format!("      expected_uid: {OTHER_UID}\n      expected_gid: {GID}\n"),
-        ),
-    )
-    .unwrap();
-    kernel.signal("HUP");
-    let r = until_status(&client, &envoy, 200).await;
+    s.kernel.write_config(&body(
+        &agent_socket,
+        &format!("      expected_uid: {OTHER_UID}\n      expected_gid: {GID}\n"),
+    ));
+    s.kernel.proc.signal("HUP");
+    let r = until_status(&s, 200).await;
     assert_eq!(r.status, 200, "{}\n{}", r.body, log());
     assert_eq!(r.echoed_header("x-served-by").as_deref(), Some("other-user"));
 }
@@ -189,26 +175,18 @@ async fn an_agent_socket_served_by_another_user_is_refused_and_the_expected_one_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_kernels_socket_admits_only_the_allowed_uids() {
     let me = unsafe { libc::geteuid() };
-    let upstream = Upstream::start().await;
-    let client = reqwest::Client::new();
     for (allowed, want) in [(me.wrapping_add(1), 500u16), (me, 200)] {
-        let tmp = workdir();
-        let dir = tmp.path();
-        let agent = TestAgent::start(
-            dir,
-            "tag",
-            "policies:\n  - name: tag\n    request:\n      - set_header: {name: x-ran, value: tag}\n",
-        );
-        let kernel = KernelProc::start_with(
-            dir,
-            &format!("    allowed_peer_uids: [{allowed}]\n"),
-            &format!(
-                "  agents:\n{}  route_policies:\n    - route_name: resp\n      request_policy_chain: [{{policy: tag}}]\n",
-                agent_entry("tag", &agent, "")
-            ),
-        );
-        let envoy = Envoy::start(dir, &kernel.socket, upstream.addr.port());
-        let r = send(&client, "GET", &envoy.url("/resp/x"), &[], None).await;
+        let s = Stack::builder()
+            .test_agent(
+                "tag",
+                "policies:\n  - name: tag\n    request:\n      - set_header: {name: x-ran, value: tag}\n",
+            )
+            .server(&format!("    allowed_peer_uids: [{allowed}]\n"))
+            .config("  route_policies:\n    - route_name: resp\n      request_policy_chain: [{policy: tag}]\n")
+            .start()
+            .await;
+        let (kernel, agent) = (&s.kernel, s.test_agent("tag"));
+        let r = s.get("/resp/x", &[]).await;
         assert_eq!(r.status, want, "allowed {allowed}: {}\n{}", r.body, kernel.log());
         let refused = kernel.metric("policy_kernel_ext_proc_peers_refused_total{reason=\"uid_not_allowed\"}");
         if want == 500 {

@@ -13,6 +13,8 @@ use support::*;
 
 const MIB: usize = 1024 * 1024;
 
+const ROUTES: &str = "  route_policies:\n    - route_name: resp\n      request_policy_chain: [{policy: sizer}]\n";
+
 const SCRIPT: &str = r#"policies:
   - name: sizer
     requires_body: true
@@ -55,21 +57,14 @@ fn chunked_post(port: u16, path: &str, size: usize) -> (u16, String, Duration) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chunked_bodies_are_counted_and_refused_past_the_limit() {
-    let tmp = workdir();
-    let dir = tmp.path();
-    let agent = TestAgent::start(dir, "sizer", SCRIPT);
-    let kernel = KernelProc::start(
-        dir,
-        &format!(
-            "  agents:\n{}  route_policies:\n    - route_name: resp\n      request_policy_chain: [{{policy: sizer}}]\n",
-            agent_entry("sizer", &agent, "")
-        ),
-    );
-    let upstream = Upstream::start().await;
-    let envoy = Envoy::start(dir, &kernel.socket, upstream.addr.port());
-    let port = envoy.port;
+    let s = Stack::builder()
+        .test_agent("sizer", SCRIPT)
+        .config(ROUTES)
+        .start()
+        .await;
+    let (kernel, envoy, port) = (&s.kernel, &s.envoy, s.envoy.port);
     let calls = || kernel.metric("policy_kernel_requests_total{agent=\"sizer\",route=\"resp\",status=\"ok\"}");
-    let diag = || format!("--- kernel ---\n{}\n--- envoy ---\n{}", kernel.log(), envoy.log());
+    let diag = || s.diag();
 
     // Within the limit (1 MiB, the default): the policy sees every byte.
     let size = MIB - 1024;
@@ -124,20 +119,13 @@ async fn chunked_bodies_are_counted_and_refused_past_the_limit() {
 /// chunked bodies too: the kernel counts what Envoy buffered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_kernels_limit_applies_below_envoys_buffer_limit() {
-    let tmp = workdir();
-    let dir = tmp.path();
-    let agent = TestAgent::start(dir, "sizer", SCRIPT);
-    let kernel = KernelProc::start_with(
-        dir,
-        "    max_request_body_bytes: 4096\n",
-        &format!(
-            "  agents:\n{}  route_policies:\n    - route_name: resp\n      request_policy_chain: [{{policy: sizer}}]\n",
-            agent_entry("sizer", &agent, "")
-        ),
-    );
-    let upstream = Upstream::start().await;
-    let envoy = Envoy::start(dir, &kernel.socket, upstream.addr.port());
-    let port = envoy.port;
+    let s = Stack::builder()
+        .test_agent("sizer", SCRIPT)
+        .server("    max_request_body_bytes: 4096\n")
+        .config(ROUTES)
+        .start()
+        .await;
+    let (envoy, port) = (&s.envoy, s.envoy.port);
     let (status, text, _) = tokio::task::spawn_blocking(move || chunked_post(port, "/resp/a", 4096))
         .await
         .unwrap();

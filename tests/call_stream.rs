@@ -4,31 +4,17 @@
 
 mod support;
 
-use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
+use support::stack::AgentSpec;
 use support::*;
 
-/// `example-agent` on `socket`, logging at debug (its cancellations).
-fn example_agent(dir: &Path, socket: &Path) -> Proc {
-    let mut cmd = Command::new(agent_bin("example-agent"));
-    cmd.arg(format!("--socket={}", socket.display()))
-        .env("RUST_LOG", "policy_agents=debug");
-    let p = Proc::spawn("example-agent", &mut cmd, &dir.join("example.log"));
-    wait_socket(socket, Duration::from_secs(20));
-    p
-}
-
-fn read(path: &Path) -> String {
-    std::fs::read_to_string(path).unwrap_or_default()
-}
-
-async fn healthy(kernel: &KernelProc, agents: usize) {
-    until("agents healthy", Duration::from_secs(20), || async {
-        kernel.admin_get("/config").1.matches("\"healthy\":true").count() >= agents
-    })
-    .await;
+/// `example-agent`, logging at debug (its cancellations), health checked
+/// `health_ms` apart, with `extra` lines in its entry.
+fn example_agent(health_ms: u64, extra: &str) -> AgentSpec {
+    AgentSpec::bin("example", "example-agent", &[])
+        .env("RUST_LOG", "policy_agents=debug")
+        .entry(&format!("      health_check_interval_ms: {health_ms}\n{extra}"))
 }
 
 fn stream_calls(kernel: &KernelProc, agent: &str) -> f64 {
@@ -42,88 +28,45 @@ fn routes(delay_ms: u32) -> String {
     )
 }
 
-/// `example-agent`, the kernel (one agent, `example`, with `agent_extra`
-/// lines and health checks `health_ms` apart) on `routes`, an upstream and
-/// Envoy, ready to serve.
-struct Stack {
-    example: Proc,
-    kernel: KernelProc,
-    envoy: Envoy,
-    client: reqwest::Client,
-    sock: std::path::PathBuf,
-    _upstream: Upstream,
-    tmp: tempfile::TempDir,
+/// `example-agent` (health checks `health_ms` apart, `agent_extra` lines
+/// in its entry), the kernel on `routes`, an upstream and Envoy, ready to
+/// serve.
+async fn stack(routes: &str, health_ms: u64, agent_extra: &str) -> Stack {
+    Stack::builder()
+        .agent(example_agent(health_ms, agent_extra))
+        .config(routes)
+        .start()
+        .await
 }
 
-impl Stack {
-    async fn start(routes: &str, health_ms: u64, agent_extra: &str) -> Self {
-        let tmp = workdir();
-        let dir = tmp.path();
-        let sock = dir.join("example.sock");
-        let example = example_agent(dir, &sock);
-        let kernel = KernelProc::start(
-            dir,
-            &format!(
-                "  agents:\n{}{routes}",
-                load::agent_yaml("example", &sock, health_ms, agent_extra)
-            ),
-        );
-        healthy(&kernel, 1).await;
-        let upstream = Upstream::start().await;
-        let envoy = Envoy::start(dir, &kernel.socket, upstream.addr.port());
-        Stack {
-            example,
-            kernel,
-            envoy,
-            client: reqwest::Client::new(),
-            sock,
-            _upstream: upstream,
-            tmp,
-        }
-    }
+/// A request sent in the background.
+fn spawn_get(st: &Stack, path: &str) -> tokio::task::JoinHandle<Got> {
+    let (client, url) = (st.client.clone(), st.url(path));
+    tokio::spawn(async move { send(&client, "GET", &url, &[], None).await })
+}
 
-    async fn get(&self, path: &str) -> Got {
-        send(&self.client, "GET", &self.envoy.url(path), &[], None).await
-    }
-
-    /// A request sent in the background.
-    fn spawn_get(&self, path: &str) -> tokio::task::JoinHandle<Got> {
-        let (client, url) = (self.client.clone(), self.envoy.url(path));
-        tokio::spawn(async move { send(&client, "GET", &url, &[], None).await })
-    }
-
-    fn stream_calls(&self) -> f64 {
-        stream_calls(&self.kernel, "example")
-    }
+/// Calls on `example`'s stream.
+fn calls(st: &Stack) -> f64 {
+    stream_calls(&st.kernel, "example")
 }
 
 /// An SDK agent gets its calls on the call stream, a spec-only agent gets
 /// unary calls, and both answer through a real Envoy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sdk_agents_get_the_call_stream_and_spec_only_agents_unary_calls() {
-    let tmp = workdir();
-    let dir = tmp.path();
-    let example_sock = dir.join("example.sock");
-    let _example = example_agent(dir, &example_sock);
-    let test_agent = TestAgent::start(
-        dir,
-        "plain",
-        "policies:\n  - name: tag\n    request:\n      - set_header: {name: x-plain, value: \"1\"}\n",
-    );
-    let kernel = KernelProc::start(
-        dir,
-        &format!(
-            "  agents:\n{}{}  route_policies:\n    - route_name: users\n      request_policy_chain:\n        - policy: addHeader\n          params: {{name: x-example, value: \"1\"}}\n        - policy: tag\n      response_policy_chain:\n        - policy: addHeader\n          params: {{name: x-example-response, value: \"2\"}}\n",
-            load::agent_yaml("example", &example_sock, 200, ""),
-            load::agent_yaml("plain", &test_agent.socket, 200, ""),
-        ),
-    );
-    healthy(&kernel, 2).await;
-    let upstream = Upstream::start().await;
-    let envoy = Envoy::start(dir, &kernel.socket, upstream.addr.port());
-    let client = reqwest::Client::new();
+    let st = Stack::builder()
+        .agent(example_agent(200, ""))
+        .test_agent_with(
+            "plain",
+            "policies:\n  - name: tag\n    request:\n      - set_header: {name: x-plain, value: \"1\"}\n",
+            "      health_check_interval_ms: 200\n",
+        )
+        .config("  route_policies:\n    - route_name: users\n      request_policy_chain:\n        - policy: addHeader\n          params: {name: x-example, value: \"1\"}\n        - policy: tag\n      response_policy_chain:\n        - policy: addHeader\n          params: {name: x-example-response, value: \"2\"}\n")
+        .start()
+        .await;
+    let (kernel, test_agent) = (&st.kernel, st.test_agent("plain"));
     for _ in 0..5 {
-        let r = send(&client, "GET", &envoy.url("/users/1"), &[], None).await;
+        let r = st.get("/users/1", &[]).await;
         assert_eq!(r.status, 200, "{}\n{}", r.body, kernel.log());
         assert_eq!(r.echoed_header("x-example").as_deref(), Some("1"));
         assert_eq!(r.echoed_header("x-plain").as_deref(), Some("1"));
@@ -131,12 +74,12 @@ async fn sdk_agents_get_the_call_stream_and_spec_only_agents_unary_calls() {
     }
     // Five requests, a request and a response call each, on the stream.
     assert_eq!(
-        stream_calls(&kernel, "example"),
+        stream_calls(kernel, "example"),
         10.0,
         "{}",
         kernel.admin_get("/metrics").1
     );
-    assert_eq!(stream_calls(&kernel, "plain"), 0.0);
+    assert_eq!(stream_calls(kernel, "plain"), 0.0);
     let ends = test_agent.events().iter().filter(|e| e.starts_with("end")).count();
     assert_eq!(
         ends,
@@ -151,20 +94,20 @@ async fn sdk_agents_get_the_call_stream_and_spec_only_agents_unary_calls() {
 /// until its 5 s deadline).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_call_holds_back_no_other_call() {
-    let st = Stack::start(&routes(30_000), 200, "      timeout_ms: 5000\n").await;
-    let slow = st.spawn_get("/slow/1");
+    let st = stack(&routes(30_000), 200, "      timeout_ms: 5000\n").await;
+    let slow = spawn_get(&st, "/slow/1");
     until("the slow call is on the stream", Duration::from_secs(10), || async {
-        st.stream_calls() >= 1.0
+        calls(&st) >= 1.0
     })
     .await;
-    let fast: Vec<_> = (0..20).map(|_| st.spawn_get("/users/1")).collect();
+    let fast: Vec<_> = (0..20).map(|_| spawn_get(&st, "/users/1")).collect();
     for f in fast {
         let r = f.await.expect("fast request");
         assert_eq!(r.status, 200, "{}", r.body);
         assert_eq!(r.echoed_header("x-example").as_deref(), Some("1"));
     }
     assert!(!slow.is_finished(), "the slow call ended early: {}", st.kernel.log());
-    assert_eq!(st.stream_calls(), 21.0);
+    assert_eq!(calls(&st), 21.0);
     slow.abort();
 }
 
@@ -172,7 +115,7 @@ async fn a_slow_call_holds_back_no_other_call() {
 /// stream, and the agent stops its work.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_goes_away_cancels_the_agents_work() {
-    let st = Stack::start(&routes(30_000), 200, "      timeout_ms: 5000\n").await;
+    let st = stack(&routes(30_000), 200, "      timeout_ms: 5000\n").await;
     let client = reqwest::Client::builder()
         .timeout(Duration::from_millis(1500))
         .build()
@@ -180,33 +123,33 @@ async fn a_client_that_goes_away_cancels_the_agents_work() {
     // The client gives up after 1.5 s; Envoy resets the ext_proc stream.
     let gave_up = client.get(st.envoy.url("/slow/1")).send().await;
     assert!(gave_up.is_err(), "the delayed request answered: {gave_up:?}");
-    let log = st.tmp.path().join("example.log");
+    let log = || st.agent("example").log();
     let deadline = Instant::now() + Duration::from_secs(10);
-    while !read(&log).contains("call cancelled by the kernel") {
+    while !log().contains("call cancelled by the kernel") {
         assert!(
             Instant::now() < deadline,
             "no cancellation:\n{}\n{}",
-            read(&log),
+            log(),
             st.kernel.log()
         );
         std::thread::sleep(Duration::from_millis(50));
     }
     // The stream still serves: cancellation ended one call, not the stream.
-    assert_eq!(st.get("/users/1").await.status, 200);
+    assert_eq!(st.get("/users/1", &[]).await.status, 200);
 }
 
 /// An agent restarting mid-stream fails the call in flight by `on_failure`
 /// (not retried: it was sent), and the calls after it reconnect.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_restart_fails_calls_in_flight_and_the_next_calls_reconnect() {
-    let mut st = Stack::start(&routes(30_000), 200, "      timeout_ms: 5000\n").await;
-    assert_eq!(st.get("/users/1").await.status, 200);
-    let slow = st.spawn_get("/slow/1");
+    let mut st = stack(&routes(30_000), 200, "      timeout_ms: 5000\n").await;
+    assert_eq!(st.get("/users/1", &[]).await.status, 200);
+    let slow = spawn_get(&st, "/slow/1");
     until("the slow call is on the stream", Duration::from_secs(10), || async {
-        st.stream_calls() >= 2.0
+        calls(&st) >= 2.0
     })
     .await;
-    st.example.kill();
+    st.agent_mut("example").kill();
     let r = slow.await.expect("slow request");
     // on_failure unset, fail_open false: policy_failure_response (500).
     assert_eq!(r.status, 500, "{}\n{}", r.body, st.kernel.log());
@@ -217,12 +160,12 @@ async fn an_agent_restart_fails_calls_in_flight_and_the_next_calls_reconnect() {
         st.kernel.log()
     );
 
-    st.example = example_agent(st.tmp.path(), &st.sock);
-    healthy(&st.kernel, 1).await;
-    let r = st.get("/users/1").await;
+    st.agent_mut("example").restart();
+    st.until_agents_healthy().await;
+    let r = st.get("/users/1", &[]).await;
     assert_eq!(r.status, 200, "{}\n{}", r.body, st.kernel.log());
     assert_eq!(r.echoed_header("x-example").as_deref(), Some("1"));
-    assert_eq!(st.stream_calls(), 3.0);
+    assert_eq!(calls(&st), 3.0);
 }
 
 /// `max_concurrent_calls` and the circuit breaker sit above the transport
@@ -231,36 +174,36 @@ async fn an_agent_restart_fails_calls_in_flight_and_the_next_calls_reconnect() {
 /// stream open the circuit, after which the agent gets no calls.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn call_limits_and_the_circuit_breaker_hold_on_the_stream() {
-    let st = Stack::start(
+    let st = stack(
         &routes(2000),
         200,
         "      timeout_ms: 300\n      max_concurrent_calls: 1\n      circuit_breaker: {failure_threshold: 2, cooldown_ms: 60000}\n",
     )
     .await;
-    assert_eq!(st.get("/users/1").await.status, 200);
+    assert_eq!(st.get("/users/1", &[]).await.status, 200);
 
     // One slow call holds the only permit: a second call is shed unsent.
-    let slow = st.spawn_get("/slow/1");
+    let slow = spawn_get(&st, "/slow/1");
     until("the slow call is on the stream", Duration::from_secs(10), || async {
-        st.stream_calls() >= 2.0
+        calls(&st) >= 2.0
     })
     .await;
-    let r = st.get("/users/1").await;
+    let r = st.get("/users/1", &[]).await;
     assert_eq!(r.status, 500, "{}", r.body);
-    assert_eq!(st.stream_calls(), 2.0, "the shed call reached the stream");
+    assert_eq!(calls(&st), 2.0, "the shed call reached the stream");
     // The slow call times out (300 ms): the first failure.
     assert_eq!(slow.await.expect("slow").status, 500);
     // A second timeout opens the circuit.
-    assert_eq!(st.get("/slow/1").await.status, 500);
-    assert_eq!(st.stream_calls(), 3.0);
+    assert_eq!(st.get("/slow/1", &[]).await.status, 500);
+    assert_eq!(calls(&st), 3.0);
     until("the circuit is open", Duration::from_secs(5), || async {
         st.kernel.metric("policy_kernel_agent_circuit_state{agent=\"example\"}") == 1.0
     })
     .await;
     // Open: the agent is unavailable and gets nothing.
-    let r = st.get("/users/1").await;
+    let r = st.get("/users/1", &[]).await;
     assert_eq!(r.status, 503, "{}", r.body);
-    assert_eq!(st.stream_calls(), 3.0);
+    assert_eq!(calls(&st), 3.0);
     assert_eq!(
         st.kernel
             .metric("policy_kernel_agent_timeouts_total{agent=\"example\"}"),
@@ -273,22 +216,22 @@ async fn call_limits_and_the_circuit_breaker_hold_on_the_stream() {
 /// agent is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unsent_calls_are_retried_on_the_stream_and_delivered_once() {
-    let mut st = Stack::start(
+    let mut st = stack(
         &routes(0),
         60_000,
         "      timeout_ms: 3000\n      retry: {max_attempts: 10, backoff_ms: 200}\n",
     )
     .await;
-    assert_eq!(st.get("/users/1").await.status, 200);
-    assert_eq!(st.stream_calls(), 1.0);
+    assert_eq!(st.get("/users/1", &[]).await.status, 200);
+    assert_eq!(calls(&st), 1.0);
     // Gone, unnoticed by health checks (60 s apart).
-    st.example.kill();
-    let request = st.spawn_get("/users/2");
+    st.agent_mut("example").kill();
+    let request = spawn_get(&st, "/users/2");
     tokio::time::sleep(Duration::from_millis(300)).await;
-    st.example = example_agent(st.tmp.path(), &st.sock);
+    st.agent_mut("example").restart();
     let r = request.await.expect("request");
     assert_eq!(r.status, 200, "{}\n{}", r.body, st.kernel.log());
     assert_eq!(r.echoed_header("x-example").as_deref(), Some("1"));
     // Sent once: the attempts before the agent came back sent nothing.
-    assert_eq!(st.stream_calls(), 2.0);
+    assert_eq!(calls(&st), 2.0);
 }

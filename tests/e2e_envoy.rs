@@ -4,74 +4,25 @@
 
 mod support;
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use support::stack::StackBuilder;
 use support::*;
 
-struct Stack {
-    _tmp: tempfile::TempDir,
-    dir: PathBuf,
-    agents: Vec<TestAgent>,
-    kernel: KernelProc,
-    envoy: Envoy,
-    _upstream: Upstream,
-    client: reqwest::Client,
+/// Test agents `(name, script, extra agent config lines)` and the harness
+/// stack; `routes` is the YAML list under `route_policies:`.
+fn stack(agents: &[(&str, &str, &str)], routes: &str) -> StackBuilder {
+    agents
+        .iter()
+        .fold(Stack::builder(), |b, (n, script, extra)| {
+            b.test_agent_with(n, script, extra)
+        })
+        .config(&format!("  route_policies:\n{routes}"))
 }
 
-impl Stack {
-    /// Agents are `(name, script, extra agent config lines)`; `routes` is the
-    /// YAML list under `route_policies:`.
-    async fn start(agents: &[(&str, &str, &str)], routes: &str) -> Self {
-        let tmp = workdir();
-        let dir = tmp.path().to_path_buf();
-        let started: Vec<TestAgent> = agents.iter().map(|(n, s, _)| TestAgent::start(&dir, n, s)).collect();
-        let entries: String = agents
-            .iter()
-            .zip(&started)
-            .map(|((n, _, extra), a)| agent_entry(n, a, extra))
-            .collect();
-        let kernel = KernelProc::start(&dir, &format!("  agents:\n{entries}  route_policies:\n{routes}"));
-        let upstream = Upstream::start().await;
-        let envoy = Envoy::start(&dir, &kernel.socket, upstream.addr.port());
-        Self {
-            _tmp: tmp,
-            dir,
-            agents: started,
-            kernel,
-            envoy,
-            _upstream: upstream,
-            client: reqwest::Client::new(),
-        }
-    }
-
-    async fn get(&self, path: &str, headers: &[(&str, &str)]) -> Got {
-        send(&self.client, "GET", &self.envoy.url(path), headers, None).await
-    }
-
-    async fn req(&self, method: &str, path: &str, headers: &[(&str, &str)], body: Option<&str>) -> Got {
-        send(&self.client, method, &self.envoy.url(path), headers, body).await
-    }
-
-    fn agent(&mut self, name: &str) -> &mut TestAgent {
-        self.agents
-            .iter_mut()
-            .find(|a| a.socket.file_stem().is_some_and(|s| s == name))
-            .expect("agent")
-    }
-
-    fn diag(&self) -> String {
-        format!(
-            "--- kernel log ---\n{}\n--- envoy log ---\n{}",
-            tail(&self.kernel.log()),
-            tail(&self.envoy.log())
-        )
-    }
-}
-
-fn tail(s: &str) -> String {
-    let lines: Vec<&str> = s.lines().collect();
-    lines[lines.len().saturating_sub(40)..].join("\n")
+/// Calls the agents of `s` received, all together.
+fn all_events(s: &Stack) -> usize {
+    s.test_agents.iter().map(|(_, a)| a.events().len()).sum()
 }
 
 /// Policies that tag the request so the upstream shows which ran.
@@ -92,7 +43,7 @@ async fn spec_scenarios_6_5() {
     let down_transform = format!("not_serving: true\n{}", tagger(&["transform", "encrypt2"]));
     let down_auth = format!("not_serving: true\n{}", tagger(&["auth2"]));
     let routes = "    - route_name: users\n      request_policy_chain: [{policy: apiKeyAuth}, {policy: rateLimit}, {policy: jwtValidation}]\n    - route_name: admin\n      request_policy_chain: [{policy: jwtValidation}, {policy: roleCheck}]\n      response_policy_chain: [{policy: auditLog}]\n    - route_name: fail\n      request_policy_chain: [{policy: auth}, {policy: transform}]\n    - route_name: flaky\n      request_policy_chain: [{policy: auth2}, {policy: rateLimit}]\n";
-    let s = Stack::start(
+    let s = stack(
         &[
             ("authagent", &healthy, ""),
             ("ratelimiter", &rl, ""),
@@ -101,28 +52,30 @@ async fn spec_scenarios_6_5() {
         ],
         routes,
     )
+    .unhealthy_agents()
+    .start()
     .await;
 
     // Scenario 1: all supported and healthy: the whole chain runs, in order.
     let r = s.get("/users/1", &[]).await;
-    assert_eq!(r.status, 200, "{}", s.diag());
+    assert_eq!(r.status, 200, "{}", s.diag_tail(40));
     assert_eq!(r.echo()["headers"]["x-ran"], "apiKeyAuth,rateLimit,jwtValidation");
 
     // Scenario 2: auditLog (response chain) supported by nobody: 500 before anything runs.
-    let before = s.agents[0].events().len();
+    let before = s.test_agent("authagent").events().len();
     let r = s.get("/admin/x", &[]).await;
     assert_eq!(r.status, 500);
     assert!(r.body.contains("POLICY_NOT_SUPPORTED"), "{}", r.body);
     assert_eq!(r.header("x-policy-error"), Some("configuration"));
     assert_eq!(
-        s.agents[0].events().len(),
+        s.test_agent("authagent").events().len(),
         before,
         "no policy may run on an invalid route"
     );
 
     // Scenario 3: transform's only agent is unhealthy: 503 with Retry-After.
     let r = s.get("/fail", &[]).await;
-    assert_eq!(r.status, 503, "{}", s.diag());
+    assert_eq!(r.status, 503, "{}", s.diag_tail(40));
     assert!(r.body.contains("AGENT_UNAVAILABLE"));
     assert_eq!(r.header("retry-after"), Some("30"));
 
@@ -130,11 +83,11 @@ async fn spec_scenarios_6_5() {
     assert_eq!(s.get("/flaky", &[]).await.status, 503);
 
     // Scenario 5: unknown route: CONTINUE, no agent call.
-    let calls: usize = s.agents.iter().map(|a| a.events().len()).sum();
+    let calls: usize = all_events(&s);
     let r = s.get("/not-configured", &[]).await;
     assert_eq!(r.status, 200);
     assert!(r.echo()["headers"].get("x-ran").is_none());
-    assert_eq!(s.agents.iter().map(|a| a.events().len()).sum::<usize>(), calls);
+    assert_eq!(all_events(&s), calls);
     assert!(s.kernel.log().contains("Route not found - allowing request through"));
 }
 
@@ -160,16 +113,18 @@ async fn three_groups_propagate_context_in_order() {
       - set_header: {name: x-seen-user, value: "${meta:user}"}
 "#;
     let routes = "    - route_name: chain\n      request_policy_chain:\n        - policy: first\n          params: {roles: [\"admin\"]}\n        - policy: middle\n        - policy: last\n";
-    let s = Stack::start(&[("agent1", agent1, ""), ("agent2", agent2, "")], routes).await;
+    let s = stack(&[("agent1", agent1, ""), ("agent2", agent2, "")], routes)
+        .start()
+        .await;
     let r = s.get("/chain", &[("x-request-id", "rid-3groups")]).await;
-    assert_eq!(r.status, 200, "{}", s.diag());
+    assert_eq!(r.status, 200, "{}", s.diag_tail(40));
     let e = r.echo();
     assert_eq!(e["headers"]["x-trace"], "agent1,agent2,agent1");
     assert_eq!(e["headers"]["x-seen-a1"], "from-agent1");
     assert_eq!(e["headers"]["x-seen-user"], "42");
     assert_eq!(e["headers"]["x-roles"], r#"["admin"]"#);
     // Two calls to agent1, one to agent2, with Envoy's request id.
-    let a1 = s.agents[0].events();
+    let a1 = s.test_agent("agent1").events();
     assert_eq!(
         a1,
         vec![
@@ -180,7 +135,7 @@ async fn three_groups_propagate_context_in_order() {
         ]
     );
     assert_eq!(
-        s.agents[1].events(),
+        s.test_agent("agent2").events(),
         vec!["start middle rid-3groups", "end middle rid-3groups"]
     );
     // The decision metadata reached Envoy's access log.
@@ -188,7 +143,7 @@ async fn three_groups_propagate_context_in_order() {
     while !s.envoy.log().contains("\"user\":\"42\"") && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(s.envoy.log().contains("\"user\":\"42\""), "{}", s.diag());
+    assert!(s.envoy.log().contains("\"user\":\"42\""), "{}", s.diag_tail(40));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -238,11 +193,13 @@ async fn conflicts_deny_rewrite_and_response_changes() {
       - set_header: {name: x-plain, value: "yes"}
 "#;
     let routes = "    - route_name: conflict\n      request_policy_chain: [{policy: setUser}, {policy: overrideUser}, {policy: tag}]\n      response_policy_chain: [{policy: plainResponse}]\n    - route_name: deny\n      request_policy_chain: [{policy: gate}, {policy: after}]\n    - route_name: rewrite\n      request_policy_chain: [{policy: rewrite}]\n    - route_name: resp\n      request_policy_chain: [{policy: tag}]\n      response_policy_chain: [{policy: decorate}]\n    - route_name: users\n      request_policy_chain: [{policy: canary}]\n";
-    let s = Stack::start(&[("agent1", agent1, ""), ("agent2", agent2, "")], routes).await;
+    let s = stack(&[("agent1", agent1, ""), ("agent2", agent2, "")], routes)
+        .start()
+        .await;
 
     // Last wins; a remove after a set removes.
     let r = s.get("/conflict", &[]).await;
-    assert_eq!(r.status, 200, "{}", s.diag());
+    assert_eq!(r.status, 200, "{}", s.diag_tail(40));
     assert_eq!(r.echoed_header("x-user-id").as_deref(), Some("456"));
     assert_eq!(r.echoed_header("x-tmp"), None);
     assert_eq!(r.header("x-plain"), Some("yes"));
@@ -253,7 +210,7 @@ async fn conflicts_deny_rewrite_and_response_changes() {
     assert_eq!(r.body, r#"{"error":"no token"}"#);
     assert_eq!(r.header("www-authenticate"), Some("Bearer"));
     assert!(
-        !s.agents[1].events().iter().any(|e| e.contains("after")),
+        !s.test_agent("agent2").events().iter().any(|e| e.contains("after")),
         "chain did not stop"
     );
     let r = s.get("/deny", &[("x-token", "t")]).await;
@@ -263,7 +220,7 @@ async fn conflicts_deny_rewrite_and_response_changes() {
     // Path, query and method rewrite, as the upstream saw them; Envoy routed
     // the request by its new path (route `moved`, not `rewrite`).
     let r = s.get("/rewrite/orig?keep=1&debug=true", &[]).await;
-    assert_eq!(r.status, 200, "{}", s.diag());
+    assert_eq!(r.status, 200, "{}", s.diag_tail(40));
     assert_eq!(r.echo()["method"], "POST");
     assert_eq!(r.echo()["path"], "/moved/path?keep=1&user=a%20b");
     assert_eq!(
@@ -274,7 +231,7 @@ async fn conflicts_deny_rewrite_and_response_changes() {
 
     // A header a policy set re-routes too: route `canary` matches on it.
     let r = s.get("/users/1", &[]).await;
-    assert_eq!(r.status, 200, "{}", s.diag());
+    assert_eq!(r.status, 200, "{}", s.diag_tail(40));
     assert_eq!(r.echo()["path"], "/users/1");
     assert_eq!(
         r.echoed_header("x-routed-by").as_deref(),
@@ -284,7 +241,7 @@ async fn conflicts_deny_rewrite_and_response_changes() {
 
     // Response header and :status override.
     let r = s.get("/resp", &[("x-echo-status", "404")]).await;
-    assert_eq!(r.status, 418, "{}", s.diag());
+    assert_eq!(r.status, 418, "{}", s.diag_tail(40));
     assert_eq!(r.header("x-resp"), Some("status was 404"));
 
     // Envoy merges each answer's dynamic metadata into the stream's: the
@@ -304,7 +261,7 @@ async fn conflicts_deny_rewrite_and_response_changes() {
             match line {
                 Some(l) => break l,
                 None if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(50)).await,
-                None => panic!("no access log line for {path}: {}", s.diag()),
+                None => panic!("no access log line for {path}: {}", s.diag_tail(40)),
             }
         };
         for key in keys {
@@ -322,6 +279,12 @@ const REQ_BODY: &str = r#"policies:
       - set_body: {body: "replaced request body", content_type: text/plain}
 "#;
 
+/// POSTs `{"original":true}` (JSON) on route `body`.
+async fn post_original(s: &Stack) -> Got {
+    let json = [("content-type", "application/json")];
+    s.send("POST", "/body", &json, Some(r#"{"original":true}"#)).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bodies_are_buffered_only_when_needed_and_replaced() {
     let agent = REQ_BODY.to_string()
@@ -335,28 +298,21 @@ async fn bodies_are_buffered_only_when_needed_and_replaced() {
       - set_header: {name: x-body-included, value: "${body_included}"}
 "#;
     let routes = "    - route_name: body\n      request_policy_chain: [{policy: reqBody}]\n      response_policy_chain: [{policy: respBody}]\n    - route_name: users\n      request_policy_chain: [{policy: headersOnly}]\n";
-    let s = Stack::start(&[("bodyagent", &agent, "")], routes).await;
+    let s = stack(&[("bodyagent", &agent, "")], routes).start().await;
 
-    let r = s
-        .req(
-            "POST",
-            "/body",
-            &[("content-type", "application/json")],
-            Some(r#"{"original":true}"#),
-        )
-        .await;
-    assert_eq!(r.status, 200, "{}", s.diag());
+    let r = post_original(&s).await;
+    assert_eq!(r.status, 200, "{}", s.diag_tail(40));
     assert_eq!(r.body, "new response body");
     assert_eq!(r.header("content-type"), Some("text/plain"));
     assert_eq!(r.header("content-length"), Some("17"));
     // The upstream got the replaced request body; the agent saw the original.
-    let r2 = s.req("POST", "/body", &[("x-echo-body", "unused")], Some("abc")).await;
+    let r2 = s.send("POST", "/body", &[("x-echo-body", "unused")], Some("abc")).await;
     assert_eq!(r2.body, "new response body");
-    let agent_events = s.agents[0].events();
+    let agent_events = s.test_agent("bodyagent").events();
     assert!(agent_events.iter().filter(|e| e.starts_with("end reqBody")).count() >= 2);
 
     // A header-only chain never asks Envoy for the body.
-    let r = s.req("POST", "/users", &[], Some("some body")).await;
+    let r = s.send("POST", "/users", &[], Some("some body")).await;
     assert_eq!(r.status, 200);
     assert_eq!(r.echoed_header("x-body-included").as_deref(), Some("false"));
     assert_eq!(r.echo()["body"], "some body");
@@ -373,16 +329,9 @@ async fn request_body_replacement_reaches_upstream() {
       - set_path: /moved/after-body
 "#;
     let routes = "    - route_name: body\n      request_policy_chain: [{policy: reqBody}, {policy: moveOnBody}]\n";
-    let s = Stack::start(&[("bodyagent", &agent, "")], routes).await;
-    let r = s
-        .req(
-            "POST",
-            "/body",
-            &[("content-type", "application/json")],
-            Some(r#"{"original":true}"#),
-        )
-        .await;
-    assert_eq!(r.status, 200, "{}", s.diag());
+    let s = stack(&[("bodyagent", &agent, "")], routes).start().await;
+    let r = post_original(&s).await;
+    assert_eq!(r.status, 200, "{}", s.diag_tail(40));
     let e = r.echo();
     assert_eq!(e["body"], "replaced request body");
     assert_eq!(e["headers"]["content-length"], "21");
@@ -399,7 +348,7 @@ async fn timeouts_follow_fail_open_and_invalid_replies_fail_closed() {
     };
     let invalid = "policies:\n  - name: crlf\n    request:\n      - set_header: {name: x-evil, value: \"a\\r\\nx-injected: 1\"}\n  - name: wrongId\n    request_id: wrong\n    request:\n      - set_header: {name: x-a, value: b}\n";
     let routes = "    - route_name: slow\n      request_policy_chain: [{policy: slowOpen}]\n    - route_name: fail\n      request_policy_chain: [{policy: slowClosed}]\n    - route_name: flaky\n      request_policy_chain: [{policy: slowClosed, on_failure: continue}]\n    - route_name: invalid\n      request_policy_chain: [{policy: crlf}]\n    - route_name: users\n      request_policy_chain: [{policy: wrongId}]\n";
-    let s = Stack::start(
+    let s = stack(
         &[
             (
                 "openagent",
@@ -411,23 +360,24 @@ async fn timeouts_follow_fail_open_and_invalid_replies_fail_closed() {
         ],
         routes,
     )
+    .start()
     .await;
     // Fail-open: the request goes on without the policy's header, and the
     // kernel cancelled the call it gave up on.
     let r = s.get("/slow", &[("x-request-id", "slow-1")]).await;
-    assert_eq!(r.status, 200, "{}", s.diag());
+    assert_eq!(r.status, 200, "{}", s.diag_tail(40));
     assert_eq!(r.echoed_header("x-slow"), None);
     // The cancellation reaches the agent after the answer left: wait for it.
     let cancelled = "cancel slowOpen slow-1".to_string();
     until(
         "the agent to see the call cancelled",
         Duration::from_secs(5),
-        || async { s.agents[0].events().contains(&cancelled) },
+        || async { s.test_agent("openagent").events().contains(&cancelled) },
     )
     .await;
     // Fail-closed: policy_failure_response.
     let r = s.get("/fail", &[]).await;
-    assert_eq!(r.status, 500, "{}", s.diag());
+    assert_eq!(r.status, 500, "{}", s.diag_tail(40));
     assert!(r.body.contains("POLICY_EXECUTION_FAILED"), "{}", r.body);
     // on_failure: continue overrides the agent's fail-closed default.
     assert_eq!(s.get("/flaky", &[]).await.status, 200);
@@ -440,26 +390,26 @@ async fn timeouts_follow_fail_open_and_invalid_replies_fail_closed() {
     let r = s.get("/users", &[]).await;
     assert_eq!(r.status, 500);
     assert!(r.body.contains("POLICY_EXECUTION_FAILED"));
-    assert!(s.kernel.log().contains("does not match"), "{}", s.diag());
+    assert!(s.kernel.log().contains("does not match"), "{}", s.diag_tail(40));
     // Envoy never had to fail a request on its own (the counters are read:
     // the streams started are counted).
     assert!(
         s.envoy.stat("http.ingress.ext_proc.streams_started") > 0,
         "{}",
-        s.diag()
+        s.diag_tail(40)
     );
     assert_eq!(s.envoy.stat("http.ingress.ext_proc.streams_failed"), 0);
-    assert!(!s.envoy.log().contains("ext_proc_error"), "{}", s.diag());
+    assert!(!s.envoy.log().contains("ext_proc_error"), "{}", s.diag_tail(40));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_agent_gives_503_then_recovers() {
     let script = tagger(&["guard"]);
     let routes = "    - route_name: flaky\n      request_policy_chain: [{policy: guard}]\n";
-    let mut s = Stack::start(&[("victim", &script, "")], routes).await;
-    assert_eq!(s.get("/flaky", &[]).await.status, 200, "{}", s.diag());
+    let mut s = stack(&[("victim", &script, "")], routes).start().await;
+    assert_eq!(s.get("/flaky", &[]).await.status, 200, "{}", s.diag_tail(40));
 
-    s.agent("victim").kill();
+    s.test_agent_mut("victim").kill();
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut seen = Vec::new();
     loop {
@@ -480,7 +430,7 @@ async fn killed_agent_gives_503_then_recovers() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
-    s.agent("victim").restart();
+    s.test_agent_mut("victim").restart();
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let r = s.get("/flaky", &[]).await;
@@ -489,10 +439,9 @@ async fn killed_agent_gives_503_then_recovers() {
             break;
         }
         assert_eq!(r.status, 503, "{}", r.body);
-        assert!(Instant::now() < deadline, "agent never recovered: {}", s.diag());
+        assert!(Instant::now() < deadline, "agent never recovered: {}", s.diag_tail(40));
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let _ = &s.dir;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -502,8 +451,14 @@ async fn circuit_breaker_opens_sheds_and_closes_after_a_probe() {
     // A passing health check ends an open circuit's cool-down (the next call
     // is the probe), so health checks here are slower than the test's steps.
     let extra = "      timeout_ms: 100\n      health_check_interval_ms: 2000\n      circuit_breaker: {failure_threshold: 3, cooldown_ms: 1500}\n";
-    let mut s = Stack::start(&[("breaker", slow, extra)], routes).await;
-    let starts = |s: &Stack| s.agents[0].events().iter().filter(|e| e.starts_with("start")).count();
+    let mut s = stack(&[("breaker", slow, extra)], routes).start().await;
+    let starts = |s: &Stack| {
+        s.test_agent("breaker")
+            .events()
+            .iter()
+            .filter(|e| e.starts_with("start"))
+            .count()
+    };
 
     // Three timeouts: fail-closed answers, the third opens the circuit.
     for _ in 0..3 {
@@ -515,7 +470,7 @@ async fn circuit_breaker_opens_sheds_and_closes_after_a_probe() {
         s.kernel.metric(r#"policy_kernel_agent_circuit_state{agent="breaker"}"#),
         1.0,
         "{}",
-        s.diag()
+        s.diag_tail(40)
     );
     // Open: the agent counts as unavailable; no call reaches it.
     let calls = starts(&s);
@@ -525,14 +480,14 @@ async fn circuit_breaker_opens_sheds_and_closes_after_a_probe() {
     assert_eq!(starts(&s), calls, "a call went through an open circuit");
 
     // The agent is fixed; after the cool-down one probe closes the circuit.
-    let script = s.agents[0].script.clone();
+    let script = s.test_agent("breaker").script.clone();
     let fixed = std::fs::read_to_string(&script)
         .unwrap()
         .replace("delay_ms: 1000", "delay_ms: 0")
         .replace("value: slow", "value: fast");
     std::fs::write(&script, fixed).unwrap();
-    s.agent("breaker").kill();
-    s.agent("breaker").restart();
+    s.test_agent_mut("breaker").kill();
+    s.test_agent_mut("breaker").restart();
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let r = s.get("/flaky", &[]).await;
@@ -541,7 +496,7 @@ async fn circuit_breaker_opens_sheds_and_closes_after_a_probe() {
             break;
         }
         assert!(r.status == 503 || r.status == 500, "{} {}", r.status, r.body);
-        assert!(Instant::now() < deadline, "circuit never closed: {}", s.diag());
+        assert!(Instant::now() < deadline, "circuit never closed: {}", s.diag_tail(40));
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(
@@ -555,11 +510,10 @@ async fn circuit_breaker_opens_sheds_and_closes_after_a_probe() {
 /// and a deny work the same way.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envoy_reaches_the_kernel_over_tcp() {
-    let dir = workdir();
-    let agent = TestAgent::start(
-        dir.path(),
-        "tcp",
-        r#"policies:
+    let s = stack(
+        &[(
+            "tcp",
+            r#"policies:
   - name: tag
     request:
       - set_header: {name: x-ran, value: tag}
@@ -571,35 +525,21 @@ async fn envoy_reaches_the_kernel_over_tcp() {
     request:
       - immediate: {status: 403, body: refused}
 "#,
-    );
-    let kernel = KernelProc::start(
-        dir.path(),
-        &format!(
-            "  agents:\n{}  route_policies:\n    - route_name: resp\n      request_policy_chain: [{{policy: tag}}]\n      response_policy_chain: [{{policy: stamp}}]\n    - route_name: deny\n      request_policy_chain: [{{policy: refuse}}]\n",
-            agent_entry("tcp", &agent, "")
-        ),
-    );
-    let upstream = Upstream::start().await;
-    let envoy = Envoy::start_at(
-        dir.path(),
-        envoy::KernelAt::Tcp(kernel.tcp_port()),
-        upstream.addr.port(),
-    );
-    let client = reqwest::Client::new();
-    let diag = || {
-        format!(
-            "--- kernel ---\n{}\n--- envoy ---\n{}",
-            tail(&kernel.log()),
-            tail(&envoy.log())
-        )
-    };
+            "",
+        )],
+        "    - route_name: resp\n      request_policy_chain: [{policy: tag}]\n      response_policy_chain: [{policy: stamp}]\n    - route_name: deny\n      request_policy_chain: [{policy: refuse}]\n",
+    )
+    .envoy_tcp()
+    .start()
+    .await;
+    let diag = || s.diag_tail(40);
 
-    let r = send(&client, "GET", &envoy.url("/resp/x"), &[], None).await;
+    let r = s.get("/resp/x", &[]).await;
     assert_eq!(r.status, 200, "{}", diag());
     assert_eq!(r.echoed_header("x-ran").as_deref(), Some("tag"));
     assert_eq!(r.header("x-stamp"), Some("status was 200"), "{}", diag());
 
-    let r = send(&client, "GET", &envoy.url("/deny"), &[], None).await;
+    let r = s.get("/deny", &[]).await;
     assert_eq!(r.status, 403, "{}", diag());
     assert_eq!(r.body, "refused");
 }

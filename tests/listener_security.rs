@@ -9,7 +9,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+use support::stack::tail as tail_lines;
 use support::*;
+
+fn tail(s: &str) -> String {
+    tail_lines(s, 40)
+}
 
 /// PEM files of one run: a CA, the kernel's certificate, a client
 /// certificate from that CA, and one from a CA the kernel does not trust.
@@ -18,13 +23,6 @@ struct Certs {
     server: (PathBuf, PathBuf),
     client: (PathBuf, PathBuf),
     stranger: (PathBuf, PathBuf),
-}
-
-/// A fresh directory `name` under `dir`, for one Envoy.
-fn subdir(dir: &Path, name: &str) -> PathBuf {
-    let d = dir.join(name);
-    std::fs::create_dir_all(&d).expect("mkdir");
-    d
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
@@ -76,38 +74,25 @@ const SCRIPT: &str = r#"policies:
 /// false) and no policy runs for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutual_tls_admits_only_clients_with_a_certificate_from_the_configured_ca() {
-    let tmp = workdir();
-    let dir = tmp.path();
-    let certs = Certs::make(dir);
-    let agent = TestAgent::start(dir, "tls", SCRIPT);
-    let kernel = KernelProc::start_with(
-        dir,
-        &format!(
+    let b = Stack::builder();
+    let certs = Certs::make(b.dir());
+    let s = b
+        .test_agent("tls", SCRIPT)
+        .server(&format!(
             "    tls:\n      cert_path: {}\n      key_path: {}\n      client_ca_path: {}\n",
             certs.server.0.display(),
             certs.server.1.display(),
             certs.ca.display()
-        ),
-        &format!(
-            "  agents:\n{}  route_policies:\n    - route_name: resp\n      request_policy_chain: [{{policy: tag}}]\n",
-            agent_entry("tls", &agent, "")
-        ),
-    );
+        ))
+        .config("  route_policies:\n    - route_name: resp\n      request_policy_chain: [{policy: tag}]\n")
+        .envoy_tls(&certs.ca, Some((&certs.client.0, &certs.client.1)))
+        .start()
+        .await;
+    let (kernel, trusted, client) = (&s.kernel, &s.envoy, &s.client);
     let port = kernel.tcp_port();
-    let upstream = Upstream::start().await;
-    let client = reqwest::Client::new();
     let calls = || kernel.metric("policy_kernel_requests_total{agent=\"tls\",route=\"resp\",status=\"ok\"}");
 
-    let trusted = Envoy::start_at(
-        &subdir(dir, "trusted"),
-        envoy::KernelAt::TcpTls {
-            port,
-            ca: &certs.ca,
-            client: Some((&certs.client.0, &certs.client.1)),
-        },
-        upstream.addr.port(),
-    );
-    let r = send(&client, "GET", &trusted.url("/resp/x"), &[], None).await;
+    let r = send(client, "GET", &trusted.url("/resp/x"), &[], None).await;
     assert_eq!(r.status, 200, "{}\n{}", tail(&kernel.log()), tail(&trusted.log()));
     assert_eq!(r.echoed_header("x-ran").as_deref(), Some("tag"));
     assert_eq!(calls(), 1.0);
@@ -116,16 +101,15 @@ async fn mutual_tls_admits_only_clients_with_a_certificate_from_the_configured_c
         ("stranger", Some((&certs.stranger.0, &certs.stranger.1))),
         ("anonymous", None),
     ] {
-        let envoy = Envoy::start_at(
-            &subdir(dir, name),
+        let envoy = s.envoy_at(
+            name,
             envoy::KernelAt::TcpTls {
                 port,
                 ca: &certs.ca,
                 client: client_cert.map(|(c, k)| (c.as_path(), k.as_path())),
             },
-            upstream.addr.port(),
         );
-        let r = send(&client, "GET", &envoy.url("/resp/x"), &[], None).await;
+        let r = send(client, "GET", &envoy.url("/resp/x"), &[], None).await;
         assert_eq!(r.status, 500, "{name}: {}", tail(&envoy.log()));
         assert!(
             r.body.is_empty() || !r.body.contains("\"path\""),
@@ -140,13 +124,13 @@ async fn mutual_tls_admits_only_clients_with_a_certificate_from_the_configured_c
         );
     }
     // A plain-text client (no TLS at all) is refused too.
-    let plain = Envoy::start_at(&subdir(dir, "plain"), envoy::KernelAt::Tcp(port), upstream.addr.port());
-    let r = send(&client, "GET", &plain.url("/resp/x"), &[], None).await;
+    let plain = s.envoy_at("plain", envoy::KernelAt::Tcp(port));
+    let r = send(client, "GET", &plain.url("/resp/x"), &[], None).await;
     assert_eq!(r.status, 500, "plain text: {}", tail(&plain.log()));
     assert_eq!(calls(), 1.0, "a refused client made the kernel call its agent");
 
     // The trusted Envoy still works after the refusals.
-    let r = send(&client, "GET", &trusted.url("/resp/y"), &[], None).await;
+    let r = send(client, "GET", &trusted.url("/resp/y"), &[], None).await;
     assert_eq!(r.status, 200);
     assert_eq!(calls(), 2.0);
 }
@@ -298,9 +282,4 @@ fn the_shipped_container_config_serves_ext_proc_on_the_socket_only() {
     assert_eq!(ports, vec![metrics], "TCP listeners of the kernel");
     let log = std::fs::read_to_string(dir.join("kernel.log")).unwrap();
     assert!(log.contains("\"address\":\"none\""), "{log}");
-}
-
-fn tail(s: &str) -> String {
-    let lines: Vec<&str> = s.lines().collect();
-    lines[lines.len().saturating_sub(40)..].join("\n")
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
-use support::management::{section, Api, WRITE};
+use support::management::{self, WRITE};
 use support::*;
 
 const TAGGER: &str = r#"policies:
@@ -25,22 +25,8 @@ const TAGGER: &str = r#"policies:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rollbacks_under_load_fail_no_request_and_never_mix_versions() {
-    let dir = workdir();
-    let agent = TestAgent::start(dir.path(), "a1", TAGGER);
     let routes = "  route_policies:\n    - route_name: users\n      request_policy_chain:\n        - policy: tag\n          params: {k: a}\n        - policy: tag2\n          params: {k: a}\n";
-    let body = format!(
-        "  agents:\n{}{routes}{}",
-        agent_entry("a1", &agent, ""),
-        section(dir.path(), "")
-    );
-    let kernel = KernelProc::start(dir.path(), &body);
-    let api = Api::of(&kernel);
-    until("a1 healthy", Duration::from_secs(10), || async {
-        api.get("/v1/config").await["agents"][0]["healthy"] == true
-    })
-    .await;
-    let upstream = Upstream::start().await;
-    let envoy = Envoy::start(dir.path(), &kernel.socket, upstream.addr.port());
+    let (s, api) = management::start(Stack::builder().test_agent("a1", TAGGER), routes).await;
     let v_a = api.version().await;
     let (status, body) = api
         .put(&json!({"route_name": "users", "request_policy_chain": [
@@ -53,7 +39,7 @@ async fn rollbacks_under_load_fail_no_request_and_never_mix_versions() {
     let mut workers = Vec::new();
     for _ in 0..4 {
         let stop = Arc::clone(&stop);
-        let url = envoy.url("/users");
+        let url = s.url("/users");
         workers.push(tokio::spawn(async move {
             let client = reqwest::Client::new();
             let (mut seen, mut bad) = (Vec::new(), Vec::new());
@@ -110,6 +96,6 @@ async fn rollbacks_under_load_fail_no_request_and_never_mix_versions() {
     );
     assert!(seen.len() > 50, "only {} requests", seen.len());
     // The last rollback (i = 9) restored version b.
-    let got = send(&reqwest::Client::new(), "GET", &envoy.url("/users"), &[], None).await;
+    let got = s.get("/users", &[]).await;
     assert_eq!(got.echoed_header("x-version").as_deref(), Some("b"));
 }

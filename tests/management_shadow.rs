@@ -9,7 +9,7 @@ mod support;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use support::management::{section, Api};
+use support::management;
 use support::*;
 
 const GUARD: &str = r#"policies:
@@ -42,34 +42,20 @@ const ROUTES: &str = r#"  route_policies:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shadow_routes_let_every_request_through_and_record_the_would_be_decision() {
-    let dir = workdir();
-    let guard = TestAgent::start(dir.path(), "guard", GUARD);
-    let body = format!(
-        "  agents:\n{}{ROUTES}{}",
-        agent_entry("guard", &guard, ""),
-        section(dir.path(), "")
-    );
-    let kernel = KernelProc::start(dir.path(), &body);
-    let api = Api::of(&kernel);
-    until("guard healthy", Duration::from_secs(10), || async {
-        api.get("/v1/config").await["agents"][0]["healthy"] == true
-    })
-    .await;
-    let upstream = Upstream::start().await;
-    let envoy = Envoy::start(dir.path(), &kernel.socket, upstream.addr.port());
-    let client = reqwest::Client::new();
-    let diag = || format!("--- kernel ---\n{}\n--- envoy ---\n{}", kernel.log(), envoy.log());
+    let (s, api) = management::start(Stack::builder().test_agent("guard", GUARD), ROUTES).await;
+    let (kernel, envoy, guard) = (&s.kernel, &s.envoy, s.test_agent("guard"));
+    let diag = || s.diag();
 
     // Enforced, the chain denies.
-    let got = send(&client, "GET", &envoy.url("/admin"), &[], None).await;
+    let got = s.get("/admin", &[]).await;
     assert_eq!(got.status, 403, "{}", diag());
 
     for _ in 0..5 {
-        let got = send(&client, "GET", &envoy.url("/deny"), &[], None).await;
+        let got = s.get("/deny", &[]).await;
         assert_eq!(got.status, 200, "{}", diag());
         assert_eq!(got.echo()["path"], "/deny");
     }
-    let got = send(&client, "GET", &envoy.url("/users"), &[], None).await;
+    let got = s.get("/users", &[]).await;
     assert_eq!(got.status, 200);
     assert_eq!(
         got.echoed_header("x-shadow-tag"),
@@ -77,7 +63,7 @@ async fn shadow_routes_let_every_request_through_and_record_the_would_be_decisio
         "no mutation reaches the upstream"
     );
     // A policy no agent supports: 500 when enforced, nothing in shadow.
-    let got = send(&client, "GET", &envoy.url("/fail"), &[], None).await;
+    let got = s.get("/fail", &[]).await;
     assert_eq!(got.status, 200, "{}", diag());
 
     // The chain really ran on the agent.
@@ -143,7 +129,7 @@ async fn shadow_routes_let_every_request_through_and_record_the_would_be_decisio
         .put(&json!({"route_name": "admin", "mode": "shadow", "request_policy_chain": [{"policy": "denyAll"}]}))
         .await;
     assert_eq!(status, 200, "{body}");
-    let got = send(&client, "GET", &envoy.url("/admin"), &[], None).await;
+    let got = s.get("/admin", &[]).await;
     assert_eq!(got.status, 200, "{}", diag());
     until("counted", Duration::from_secs(5), || async {
         m("admin", "deny") == 1.0

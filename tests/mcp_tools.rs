@@ -7,54 +7,24 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
+use support::envoy::{self, EnvoyConfig, KernelAt};
+use support::python::python;
+use support::reference::{self, verify_audit};
+use support::stack::AgentSpec;
 use support::*;
 
 const SECRET: &str = "mcp-e2e-secret";
 
-fn b64(data: &[u8]) -> String {
-    const T: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let mut out = String::new();
-    for chunk in data.chunks(3) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |n, (i, b)| n | (u32::from(*b) << (16 - 8 * i)));
-        for i in 0..=chunk.len() {
-            out.push(T[((n >> (18 - 6 * i)) & 63) as usize] as char);
-        }
-    }
-    out
-}
-
-/// An HS256 JWT with `roles`, signed with `python3`'s hmac.
+/// An HS256 JWT with `roles`.
 fn jwt(sub: &str, roles: &[&str]) -> String {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    let head = b64(br#"{"alg":"HS256","typ":"JWT"}"#);
+    let now = reference::now();
     let claims = json!({"sub": sub, "iss": "https://auth.example.com", "aud": "mcp", "roles": roles, "iat": now, "exp": now + 600});
-    let signing = format!("{head}.{}", b64(claims.to_string().as_bytes()));
-    let out = Command::new("python3")
-        .args(["-c", "import hmac,hashlib,base64,sys; print(base64.urlsafe_b64encode(hmac.new(sys.argv[1].encode(), sys.argv[2].encode(), hashlib.sha256).digest()).rstrip(b'=').decode())", SECRET, &signing])
-        .output()
-        .expect("python3");
-    format!("{signing}.{}", String::from_utf8_lossy(&out.stdout).trim())
-}
-
-fn python() -> PathBuf {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
-    assert!(
-        p.exists(),
-        "{} missing: run `make test` (installs tests/requirements.txt, with `mcp`, into .venv)",
-        p.display()
-    );
-    p
+    reference::jwt(SECRET, &claims)
 }
 
 const RULES: &str = r#"[{"name": "admins", "effect": "allow", "when": {"roles_any": ["admin"]}}, {"name": "readers", "effect": "allow", "tools": ["read_file", "fetch", "search"], "when": {"roles_any": ["reader"]}}, {"name": "listing", "effect": "allow", "methods": ["tools/list"]}]"#;
@@ -80,61 +50,27 @@ fn route(name: &str, denial: &str, extra_request: &str, extra_response: &str) ->
     )
 }
 
+/// Envoy's routes `mcpj` and `mcpr` (both rewritten to `/mcp`) and `mcp`,
+/// each to the MCP server; the access log shows the reply's content type.
 fn envoy_config(kernel: &Path, upstream: u16) -> String {
     let routes: String = [("mcpj", true), ("mcpr", true), ("mcp", false)]
         .iter()
         .map(|(r, rewrite)| {
             let rw = if *rewrite { ", prefix_rewrite: \"/mcp\"" } else { "" };
-            format!("              - name: {r}\n                match: {{prefix: \"/{r}\"}}\n                route: {{cluster: upstream, timeout: 30s{rw}}}\n")
+            envoy::route(r, &format!("/{r}"), &format!(", timeout: 30s{rw}"))
         })
         .collect();
-    format!(
-        r#"admin:
-  address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}
-static_resources:
-  listeners:
-  - name: main
-    address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: ingress
-          access_log:
-          - name: envoy.access_loggers.stdout
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StdoutAccessLog
-              log_format:
-                text_format_source:
-                  inline_string: "ACCESS %REQ(:METHOD)% %REQ(:PATH)% %RESPONSE_CODE% %RESP(CONTENT-TYPE)% %DYNAMIC_METADATA(policy_kernel)%\n"
-          route_config:
-            name: local
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              routes:
-{routes}{filters}  clusters:
-  - name: policy_kernel
-    type: STATIC
-    connect_timeout: 1s
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: {{http2_protocol_options: {{}}}}
-    load_assignment:
-      cluster_name: policy_kernel
-      endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{pipe: {{path: {kernel}}}}}}}}}]}}]
-  - name: upstream
-    type: STATIC
-    connect_timeout: 1s
-    load_assignment:
-      cluster_name: upstream
-      endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {upstream}}}}}}}}}]}}]
-"#,
-        kernel = kernel.display(),
-        filters = support::envoy::ext_proc_filters("5s")
-    )
+    EnvoyConfig {
+        kernels: vec![KernelAt::Socket(kernel)],
+        upstream,
+        access_log:
+            "ACCESS %REQ(:METHOD)% %REQ(:PATH)% %RESPONSE_CODE% %RESP(CONTENT-TYPE)% %DYNAMIC_METADATA(policy_kernel)%",
+        routes,
+        message_timeout: "5s".into(),
+        buffer_limit: None,
+        upstream_limits: false,
+    }
+    .render()
 }
 
 /// Runs one MCP client session: one JSON value per step.
@@ -143,7 +79,7 @@ fn session(url: &str, mode: &str, token: Option<&str>, steps: &Value) -> Vec<Val
         Some(t) => json!({"authorization": format!("Bearer {t}")}),
         None => json!({}),
     };
-    let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/client.py");
+    let client = root().join("tests/mcp/client.py");
     let out = Command::new(python())
         .arg(client)
         .args([url, mode, &headers.to_string(), &steps.to_string()])
@@ -172,72 +108,17 @@ fn tools(v: &Value) -> Vec<&str> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_sessions_through_envoy_are_governed() {
-    let tmp = workdir();
-    let dir = tmp.path();
-    let sockets = dir.join("s");
-    std::fs::create_dir_all(&sockets).unwrap();
-    let sock = |n: &str| sockets.join(format!("{n}.sock"));
-
-    // The MCP server (event-stream replies), on a port it picks.
-    let port_file = dir.join("mcp.port");
-    let mut cmd = Command::new(python());
-    cmd.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp/server.py"))
-        .arg("--port-file")
-        .arg(&port_file);
-    let _server = Proc::spawn("mcp-server", &mut cmd, &dir.join("mcp-server.log"));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mcp_port: u16 = loop {
-        if let Some(p) = std::fs::read_to_string(&port_file)
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-        {
-            break p;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "MCP server did not start:\n{}",
-            std::fs::read_to_string(dir.join("mcp-server.log")).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
-
-    let audit = dir.join("audit.jsonl");
-    let spawn = |name: &str, args: Vec<String>| {
-        let mut cmd = Command::new(agent_bin(name));
-        cmd.args(args).env("DEMO_JWT_SECRET", SECRET);
-        Proc::spawn(name, &mut cmd, &dir.join(format!("{name}.log")))
-    };
-    let _agents = [
-        spawn("auth-agent", vec![format!("--socket={}", sock("auth").display())]),
-        spawn("tool-agent", vec![format!("--socket={}", sock("tool").display())]),
-        spawn(
-            "ratelimit-agent",
-            vec![format!("--socket={}", sock("ratelimit").display())],
-        ),
-        spawn(
-            "guardrail-agent",
-            vec![
-                format!("--socket={}", sock("guardrail").display()),
-                format!("--audit-path={}", audit.display()),
-                "--audit-fsync-ms=5".into(),
-            ],
-        ),
-    ];
-    for n in ["auth", "tool", "ratelimit", "guardrail"] {
-        wait_socket(&sock(n), Duration::from_secs(20));
-    }
+    let b = Stack::builder();
+    let audit = b.dir().join("audit.jsonl");
     // Health checks may wait up to a second: on a busy 2-core machine (debug
     // builds, parallel compiles) a 100 ms check can miss and turn a request
     // into the kernel's 503.
-    let agents: String = ["auth", "tool", "ratelimit", "guardrail"]
-        .iter()
-        .map(|n| {
-            format!(
-                "    - name: {n}-agent\n      socket_path: {}\n      health_check_interval_ms: 100\n      health_check_timeout_ms: 1000\n",
-                sock(n).display()
-            )
-        })
-        .collect();
+    let agent = |bin: &str, args: &[&str]| {
+        AgentSpec::bin(bin, bin, args)
+            .env("DEMO_JWT_SECRET", SECRET)
+            .entry("      health_check_timeout_ms: 1000\n")
+    };
+    let audit_path = format!("--audit-path={}", audit.display());
     let rate_limit = "        - policy: rateLimit\n          params: {requests_per_second: 0.1, burst: 2, key: \"metadata:mcp.tool\"}\n";
     let audit_log = "        - policy: auditLog\n          params: {log_response_body: false}\n";
     let routes = [
@@ -246,26 +127,18 @@ async fn mcp_sessions_through_envoy_are_governed() {
         route("mcpr", "http_403", rate_limit, audit_log),
     ]
     .concat();
-    let kernel = KernelProc::start(dir, &format!("  agents:\n{agents}  route_policies:\n{routes}"));
-    let envoy = Envoy::launch(dir, &envoy_config(&kernel.socket, mcp_port), &["-l", "warning"]);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while kernel.admin_get("/config").1.matches("\"healthy\":true").count() < 4 {
-        assert!(
-            Instant::now() < deadline,
-            "agents not healthy: {}",
-            kernel.admin_get("/config").1
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let url = |route: &str| envoy.url(&format!("/{route}"));
-    let diag = || {
-        format!(
-            "kernel:\n{}\ntool-agent:\n{}\nenvoy:\n{}",
-            kernel.log(),
-            std::fs::read_to_string(dir.join("tool-agent.log")).unwrap_or_default(),
-            envoy.log()
-        )
-    };
+    let s = b
+        .agent(agent("auth-agent", &[]))
+        .agent(agent("tool-agent", &[]))
+        .agent(agent("ratelimit-agent", &[]))
+        .agent(agent("guardrail-agent", &[&audit_path, "--audit-fsync-ms=5"]))
+        .config(&format!("  route_policies:\n{routes}"))
+        .mcp_upstream()
+        .envoy_config(envoy_config)
+        .start()
+        .await;
+    let url = |route: &str| s.url(&format!("/{route}"));
+    let diag = || format!("{}\ntool-agent:\n{}", s.diag(), s.agent("tool-agent").log());
     let admin = jwt("ada", &["admin"]);
     let reader = jwt("rob", &["reader"]);
 
@@ -384,7 +257,7 @@ async fn mcp_sessions_through_envoy_are_governed() {
 
     // Decisions reach Envoy's access log as dynamic metadata.
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let log = envoy.log();
+    let log = s.envoy.log();
     for needle in [
         "\"mcp.decision\":\"deny\"",
         "\"mcp.rule\":\"default_deny\"",
@@ -404,10 +277,6 @@ async fn mcp_sessions_through_envoy_are_governed() {
     // The audit journal has the tool calls and its chain verifies.
     let journal = std::fs::read_to_string(&audit).unwrap_or_default();
     assert!(journal.contains("\"mcp.tool\":\"search\""), "{journal}");
-    let verify = Command::new(agent_bin("guardrail-agent"))
-        .arg("verify-audit")
-        .arg(&audit)
-        .output()
-        .unwrap();
+    let verify = verify_audit(&audit);
     assert!(verify.status.success(), "{}", String::from_utf8_lossy(&verify.stdout));
 }

@@ -216,19 +216,6 @@ fn the_dashboard_is_importable_and_uses_its_variables_and_data_source() {
     }
 }
 
-/// Three test agents, a kernel and a real Envoy: route `chain` runs `tag`
-/// (a1; denies with 403 when `x-deny` is present) then `stamp` (a2); route
-/// `fail` runs `broken` (a1), whose reply carries the wrong request id;
-/// route `deny` runs `gate` (a3), which denies every request with 403; route
-/// `invalid` names a policy no agent declares (policy_not_supported).
-struct Stack {
-    _tmp: tempfile::TempDir,
-    _agents: [TestAgent; 3],
-    kernel: KernelProc,
-    _upstream: Upstream,
-    envoy: Envoy,
-}
-
 const A1: &str = r#"policies:
   - name: tag
     rules:
@@ -245,64 +232,48 @@ const A2: &str = "policies:\n  - name: stamp\n    request:\n      - set_header: 
 const A3: &str =
     "policies:\n  - name: gate\n    request:\n      - immediate: {status: 403, body: \"closed\", reason: denied}\n";
 
-impl Stack {
-    async fn start() -> Self {
-        let tmp = workdir();
-        let dir = tmp.path();
-        let a1 = TestAgent::start(dir, "a1", A1);
-        let a2 = TestAgent::start(dir, "a2", A2);
-        let a3 = TestAgent::start(dir, "a3", A3);
-        let routes = "    - route_name: chain\n      request_policy_chain: [{policy: tag}, {policy: stamp}]\n    - route_name: fail\n      request_policy_chain: [{policy: broken}]\n    - route_name: deny\n      request_policy_chain: [{policy: gate}]\n    - route_name: invalid\n      request_policy_chain: [{policy: nosuch}]\n";
-        let body = format!(
-            "  agents:\n{}{}{}  route_policies:\n{routes}",
-            agent_entry("a1", &a1, ""),
-            agent_entry("a2", &a2, ""),
-            agent_entry("a3", &a3, "")
-        );
-        let kernel = KernelProc::start(dir, &body);
-        let upstream = Upstream::start().await;
-        let envoy = Envoy::start(dir, &kernel.socket, upstream.addr.port());
-        until("the agents healthy", Duration::from_secs(15), || {
-            let (_, config) = kernel.admin_get("/config");
-            async move { config.matches("\"healthy\":true").count() == 3 }
-        })
-        .await;
-        Self {
-            _tmp: tmp,
-            _agents: [a1, a2, a3],
-            kernel,
-            _upstream: upstream,
-            envoy,
-        }
-    }
+/// Three test agents, a kernel and a real Envoy: route `chain` runs `tag`
+/// (a1; denies with 403 when `x-deny` is present) then `stamp` (a2); route
+/// `fail` runs `broken` (a1), whose reply carries the wrong request id;
+/// route `deny` runs `gate` (a3), which denies every request with 403; route
+/// `invalid` names a policy no agent declares (policy_not_supported).
+async fn stack() -> Stack {
+    let routes = "  route_policies:\n    - route_name: chain\n      request_policy_chain: [{policy: tag}, {policy: stamp}]\n    - route_name: fail\n      request_policy_chain: [{policy: broken}]\n    - route_name: deny\n      request_policy_chain: [{policy: gate}]\n    - route_name: invalid\n      request_policy_chain: [{policy: nosuch}]\n";
+    Stack::builder()
+        .test_agent("a1", A1)
+        .test_agent("a2", A2)
+        .test_agent("a3", A3)
+        .config(routes)
+        .start()
+        .await
+}
 
-    /// One request on route `deny`, answered 403 by a3.
-    async fn deny(&self, c: &reqwest::Client) {
-        let r = send(c, "GET", &self.envoy.url("/deny/x"), &[], None).await;
-        assert_eq!(r.status, 403, "{}", r.body);
-    }
+/// One request on route `deny`, answered 403 by a3.
+async fn deny(s: &Stack, c: &reqwest::Client) {
+    let r = send(c, "GET", &s.url("/deny/x"), &[], None).await;
+    assert_eq!(r.status, 403, "{}", r.body);
+}
 
-    /// The known traffic: on `chain`, 3 requests through both agents and 1
-    /// denied by the first; 1 on `fail`, failed by an invalid reply; 2 on
-    /// `deny`; 1 on `invalid`, answered 500 without an agent call. Agent
-    /// calls: a1 5 (1 invalid), a2 3, a3 2; calls per request on `chain`:
-    /// (3 × 2 + 1) / 4 = 1.75.
-    async fn traffic(&self) {
-        let c = reqwest::Client::new();
-        for _ in 0..3 {
-            let r = send(&c, "GET", &self.envoy.url("/chain/x"), &[], None).await;
-            assert_eq!(r.status, 200, "{}\n{}", r.body, self.kernel.log());
-            assert_eq!(r.echoed_header("x-a2").as_deref(), Some("1"), "{}", r.body);
-        }
-        let r = send(&c, "GET", &self.envoy.url("/chain/x"), &[("x-deny", "1")], None).await;
-        assert_eq!(r.status, 403, "{}", r.body);
-        let r = send(&c, "GET", &self.envoy.url("/fail/x"), &[], None).await;
-        assert_eq!(r.status, 500, "{}", r.body);
-        self.deny(&c).await;
-        self.deny(&c).await;
-        let r = send(&c, "GET", &self.envoy.url("/invalid/x"), &[], None).await;
-        assert_eq!(r.status, 500, "{}", r.body);
+/// The known traffic: on `chain`, 3 requests through both agents and 1
+/// denied by the first; 1 on `fail`, failed by an invalid reply; 2 on
+/// `deny`; 1 on `invalid`, answered 500 without an agent call. Agent
+/// calls: a1 5 (1 invalid), a2 3, a3 2; calls per request on `chain`:
+/// (3 × 2 + 1) / 4 = 1.75.
+async fn traffic(s: &Stack) {
+    let c = reqwest::Client::new();
+    for _ in 0..3 {
+        let r = send(&c, "GET", &s.url("/chain/x"), &[], None).await;
+        assert_eq!(r.status, 200, "{}\n{}", r.body, s.kernel.log());
+        assert_eq!(r.echoed_header("x-a2").as_deref(), Some("1"), "{}", r.body);
     }
+    let r = send(&c, "GET", &s.url("/chain/x"), &[("x-deny", "1")], None).await;
+    assert_eq!(r.status, 403, "{}", r.body);
+    let r = send(&c, "GET", &s.url("/fail/x"), &[], None).await;
+    assert_eq!(r.status, 500, "{}", r.body);
+    deny(s, &c).await;
+    deny(s, &c).await;
+    let r = send(&c, "GET", &s.url("/invalid/x"), &[], None).await;
+    assert_eq!(r.status, 500, "{}", r.body);
 }
 
 /// The sample names of a `/metrics` text.
@@ -315,8 +286,8 @@ fn sample_names(text: &str) -> BTreeSet<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_metric_the_rules_and_dashboard_read_is_served_by_the_kernel() {
-    let stack = Stack::start().await;
-    stack.traffic().await;
+    let stack = stack().await;
+    traffic(&stack).await;
     let (status, text) = stack.kernel.admin_get("/metrics");
     assert_eq!(status, 200);
     let served = sample_names(&text);
@@ -471,12 +442,12 @@ impl Prometheus {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prometheus_scrapes_the_kernel_behind_envoy_and_records_known_traffic() {
-    let stack = Stack::start().await;
+    let stack = stack().await;
     let c = reqwest::Client::new();
     // A series appears with its first increment, which a rate cannot see:
     // one deny before Prometheus starts makes route `deny`'s series exist
     // from the first scrape on (deploy/observability/README.md, Limits).
-    stack.deny(&c).await;
+    deny(&stack, &c).await;
     let tmp = workdir();
     let prom = Prometheus::start(tmp.path(), stack.kernel.metrics_port);
 
@@ -497,7 +468,7 @@ async fn prometheus_scrapes_the_kernel_behind_envoy_and_records_known_traffic() 
             .map(|r| r.1)
             .unwrap_or(0.0);
     }
-    stack.traffic().await;
+    traffic(&stack).await;
     // A reload of a file that does not load: rejected and counted.
     std::fs::write(&stack.kernel.config, "policy_kernel: [").expect("write config");
     stack.kernel.proc.signal("HUP");

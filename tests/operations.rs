@@ -324,17 +324,16 @@ const HEADERS: &str = r#"policies:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reload_under_load_through_envoy() {
-    let dir = workdir();
-    let agent = TestAgent::start(dir.path(), "hdr", HEADERS);
-    let config = |policy: &str| {
-        format!(
-            "  agents:\n{}  route_policies:\n    - route_name: users\n      response_policy_chain: [{{policy: {policy}}}]\n",
-            agent_entry("hdr", &agent, "")
-        )
+    let routes = |policy: &str| {
+        format!("  route_policies:\n    - route_name: users\n      response_policy_chain: [{{policy: {policy}}}]\n")
     };
-    let kernel = KernelProc::start(dir.path(), &config("cfgA"));
-    let upstream = Upstream::start().await;
-    let envoy = Envoy::start(dir.path(), &kernel.socket, upstream.addr.port());
+    let s = Stack::builder()
+        .test_agent("hdr", HEADERS)
+        .config(&routes("cfgA"))
+        .start()
+        .await;
+    let (kernel, envoy) = (&s.kernel, &s.envoy);
+    let config = |policy: &str| s.kernel_body(&routes(policy));
     let url = envoy.url("/users/reload");
 
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));

@@ -4,21 +4,19 @@
 
 mod support;
 
-use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use support::python::grpc_python as python;
+use support::stack::{AgentSpec, StackBuilder};
 use support::*;
 
-/// The venv's Python, with grpcio and grpcio-tools.
-fn python() -> std::path::PathBuf {
-    let python = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
-    let has_grpc = Command::new(&python)
-        .args(["-c", "import grpc, grpc_tools"])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(has_grpc, "grpcio and grpcio-tools missing from .venv: run `make test`, which installs agents/examples/python/requirements.txt there");
-    python
+/// The Python example agent (`python-agent`, health checked every 200 ms)
+/// behind the kernel on `config` and Envoy.
+fn python_stack(config: &str) -> StackBuilder {
+    Stack::builder()
+        .agent(AgentSpec::python("python-agent").entry("      health_check_interval_ms: 200\n"))
+        .config(config)
 }
 
 /// `check.py`: the agent's calls, socket mode and SIGTERM exit, and that
@@ -27,7 +25,7 @@ fn python() -> std::path::PathBuf {
 fn python_agent_passes_its_checks() {
     let stubs = workdir();
     let out = Command::new(python())
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("agents/examples/python/check.py"))
+        .arg(root().join("agents/examples/python/check.py"))
         .env("POLICY_AGENT_STUBS", stubs.path())
         .output()
         .expect("run check.py");
@@ -42,54 +40,14 @@ fn python_agent_passes_its_checks() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_agent_serves_a_route_through_envoy() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let python = python();
+    let s = python_stack("  route_policies:\n    - route_name: users\n      request_policy_chain:\n        - policy: blockUserAgents\n          params: {blocked: [\"evil\", \"scraper\"]}\n")
+        .start()
+        .await;
 
-    let dir = workdir();
-    let socket = dir.path().join("python.sock");
-    let mut cmd = Command::new(&python);
-    cmd.arg(root.join("agents/examples/python/agent.py"))
-        .arg("--socket")
-        .arg(&socket);
-    let _agent = Proc::spawn("python-agent", &mut cmd, &dir.path().join("python.log"));
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while std::os::unix::net::UnixStream::connect(&socket).is_err() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "python agent did not start: {}",
-            std::fs::read_to_string(dir.path().join("python.log")).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let kernel = KernelProc::start(
-        dir.path(),
-        &format!(
-            "  agents:\n    - name: python-agent\n      socket_path: {}\n      health_check_interval_ms: 200\n  route_policies:\n    - route_name: users\n      request_policy_chain:\n        - policy: blockUserAgents\n          params: {{blocked: [\"evil\", \"scraper\"]}}\n",
-            socket.display()
-        ),
-    );
-    let upstream = Upstream::start().await;
-    let envoy = Envoy::start(dir.path(), &kernel.socket, upstream.addr.port());
-    let client = reqwest::Client::new();
-
-    let r = send(
-        &client,
-        "GET",
-        &envoy.url("/users/1"),
-        &[("user-agent", "friendly-browser")],
-        None,
-    )
-    .await;
-    assert_eq!(r.status, 200, "{}\n{}", r.body, kernel.log());
+    let r = s.get("/users/1", &[("user-agent", "friendly-browser")]).await;
+    assert_eq!(r.status, 200, "{}\n{}", r.body, s.kernel.log());
     assert_eq!(r.echoed_header("x-checked-by").as_deref(), Some("python-agent"));
-    let r = send(
-        &client,
-        "GET",
-        &envoy.url("/users/1"),
-        &[("user-agent", "evil-bot/1.0")],
-        None,
-    )
-    .await;
+    let r = s.get("/users/1", &[("user-agent", "evil-bot/1.0")]).await;
     assert_eq!(r.status, 403, "{}", r.body);
 }
 
@@ -99,43 +57,17 @@ async fn python_agent_serves_a_route_through_envoy() {
 /// event closes the stream.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_agent_streams_a_response_through_envoy() {
-    use support::sse_upstream::{Script, SseUpstream};
+    use support::sse_upstream::Script;
 
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let dir = workdir();
-    let socket = dir.path().join("python.sock");
-    let mut cmd = Command::new(python());
-    cmd.arg(root.join("agents/examples/python/agent.py"))
-        .arg("--socket")
-        .arg(&socket);
-    let _agent = Proc::spawn("python-agent", &mut cmd, &dir.path().join("python.log"));
-    wait_socket(&socket, Duration::from_secs(30));
-    let kernel = KernelProc::start(
-        dir.path(),
-        &format!(
-            "  agents:\n    - name: python-agent\n      socket_path: {}\n      health_check_interval_ms: 200\n  route_policies:\n    - route_name: resp\n      response_policy_chain:\n        - policy: tagEvents\n          params: {{tag: py, upper: true}}\n",
-            socket.display()
-        ),
-    );
-    let up = SseUpstream::start().await;
-    up.script(
+    let s = python_stack("  route_policies:\n    - route_name: resp\n      response_policy_chain:\n        - policy: tagEvents\n          params: {tag: py, upper: true}\n")
+        .sse_upstream()
+        .start()
+        .await;
+    s.sse().script(
         "three",
-        Script {
-            content_type: "text/event-stream",
-            pieces: vec![
-                b"data: one\n\nda".to_vec(),
-                b"ta: two\n\n".to_vec(),
-                b"data: three\n\n".to_vec(),
-            ],
-            pause: Duration::from_millis(30),
-            gated: false,
-        },
+        Script::events(&["data: one\n\nda", "ta: two\n\n", "data: three\n\n"], 30),
     );
-    let envoy = Envoy::start(dir.path(), &kernel.socket, up.addr.port());
-    until("python agent healthy", Duration::from_secs(20), || async {
-        kernel.admin_get("/config").1.contains("\"healthy\":true")
-    })
-    .await;
+    let (envoy, kernel) = (&s.envoy, &s.kernel);
     let r = reqwest::Client::new()
         .get(envoy.url("/resp/stream"))
         .header("x-script", "three")
@@ -163,13 +95,10 @@ async fn python_agent_streams_a_response_through_envoy() {
 /// `localhost`, works: this runs exactly that against `example-agent`.
 #[test]
 fn grpcio_clients_reach_a_rust_agent_with_the_documented_authority() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = root();
     let dir = workdir();
-    let socket = dir.path().join("example.sock");
-    let mut cmd = Command::new(agent_bin("example-agent"));
-    cmd.arg(format!("--socket={}", socket.display()));
-    let _agent = Proc::spawn("example-agent", &mut cmd, &dir.path().join("example.log"));
-    wait_socket(&socket, Duration::from_secs(20));
+    let agent = RefAgent::start(dir.path(), "example", "example-agent", &[]);
+    let socket = &agent.socket;
     let script = r#"
 import sys, grpc, stubs
 pb, pb_grpc = stubs.load()
@@ -186,7 +115,7 @@ print("localhost:", config([("grpc.default_authority", "localhost")]))
     let out = Command::new(python())
         .current_dir(root.join("agents/examples/python"))
         .args(["-c", script])
-        .arg(&socket)
+        .arg(socket)
         .output()
         .expect("python");
     let text = String::from_utf8_lossy(&out.stdout);

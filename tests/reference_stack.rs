@@ -6,89 +6,32 @@
 
 mod support;
 
-use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
+use support::reference::{self, verify_audit};
+use support::stack::AgentSpec;
 use support::*;
 
 const SECRET: &str = "reference-stack-secret";
 
-fn b64(data: &[u8]) -> String {
-    const T: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let mut out = String::new();
-    for chunk in data.chunks(3) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |n, (i, b)| n | (u32::from(*b) << (16 - 8 * i)));
-        for i in 0..=chunk.len() {
-            out.push(T[((n >> (18 - 6 * i)) & 63) as usize] as char);
-        }
-    }
-    out
-}
-
-/// An HS256 JWT, signed with `python3`'s hmac to stay independent of the
-/// agent's JWT library.
+/// An HS256 JWT with `roles`, expiring `exp_offset` seconds from now.
 fn jwt(roles: &[&str], exp_offset: i64) -> String {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64;
-    let head = b64(br#"{"alg":"HS256","typ":"JWT"}"#);
+    let now = reference::now();
     let claims = serde_json::json!({"sub": "u1", "iss": "https://auth.example.com", "aud": "api-service", "roles": roles, "iat": now, "exp": now + exp_offset});
-    let body = b64(claims.to_string().as_bytes());
-    let signing = format!("{head}.{body}");
-    let out = Command::new("python3")
-        .args(["-c", "import hmac,hashlib,base64,sys; print(base64.urlsafe_b64encode(hmac.new(sys.argv[1].encode(), sys.argv[2].encode(), hashlib.sha256).digest()).rstrip(b'=').decode())", SECRET, &signing])
-        .output()
-        .expect("python3");
-    format!("{signing}.{}", String::from_utf8_lossy(&out.stdout).trim())
+    reference::jwt(SECRET, &claims)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reference_agents_behind_the_deployable_configs() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let tmp = workdir();
-    let dir = tmp.path();
+    let root = root();
+    let b = Stack::builder().socket_dir("sockets");
+    let dir = b.dir().to_path_buf();
     let sockets = dir.join("sockets");
-    std::fs::create_dir_all(&sockets).unwrap();
     std::fs::copy(root.join("deploy/demo-api-keys.txt"), dir.join("api-keys.txt")).unwrap();
-
-    let spawn = |name: &str, args: &[String]| {
-        let mut cmd = Command::new(agent_bin(name));
-        cmd.args(args).env("DEMO_JWT_SECRET", SECRET);
-        Proc::spawn(name, &mut cmd, &dir.join(format!("{name}.log")))
-    };
-    let sock = |n: &str| sockets.join(format!("{n}.sock"));
     let audit = dir.join("audit.jsonl");
-    let _agents = [
-        spawn(
-            "auth-agent",
-            &[
-                format!("--socket={}", sock("auth").display()),
-                format!("--api-keys={}", dir.join("api-keys.txt").display()),
-            ],
-        ),
-        spawn(
-            "ratelimit-agent",
-            &[format!("--socket={}", sock("ratelimit").display())],
-        ),
-        spawn("tool-agent", &[format!("--socket={}", sock("tool").display())]),
-        spawn("planner-agent", &[format!("--socket={}", sock("planner").display())]),
-        spawn(
-            "guardrail-agent",
-            &[
-                format!("--socket={}", sock("guardrail").display()),
-                format!("--audit-path={}", audit.display()),
-                "--audit-fsync-ms=5".into(),
-            ],
-        ),
-    ];
-    for n in ["auth", "ratelimit", "guardrail", "tool", "planner"] {
-        wait_socket(&sock(n), Duration::from_secs(20));
-    }
+    let agent = |name: &str, bin: &str, args: &[&str]| AgentSpec::bin(name, bin, args).env("DEMO_JWT_SECRET", SECRET);
+    let api_keys = format!("--api-keys={}", dir.join("api-keys.txt").display());
+    let audit_path = format!("--audit-path={}", audit.display());
 
     // The deployable kernel config, moved to this test's sockets and ports.
     let metrics = free_port();
@@ -97,36 +40,34 @@ async fn reference_agents_behind_the_deployable_configs() {
         .replace("run/sockets/", &format!("{}/", sockets.display()))
         .replace("port: 9001", "port: 0")
         .replace("metrics_port: 9090", &format!("metrics_port: {metrics}"));
-    std::fs::write(dir.join("kernel.yaml"), config).unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_policy-kernel"));
-    cmd.arg(format!("--config={}", dir.join("kernel.yaml").display()));
-    let _kernel = Proc::spawn("kernel", &mut cmd, &dir.join("kernel.log"));
-    wait_socket(&sock("kernel"), Duration::from_secs(20));
-
-    // deploy/envoy.yaml, moved likewise.
-    let upstream = Upstream::start().await;
-    let envoy_cfg = std::fs::read_to_string(root.join("deploy/envoy.yaml"))
-        .unwrap()
-        .replace("port_value: 10000", "port_value: 0")
-        .replace("port_value: 9901", "port_value: 0")
-        .replace("port_value: 8080", &format!("port_value: {}", upstream.addr.port()))
-        .replace("run/sockets/kernel.sock", &sock("kernel").display().to_string());
-    let envoy = support::envoy::Envoy::launch(dir, &envoy_cfg, &[]);
-    let listen = envoy.port;
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while http_get(metrics, "/config").1.matches("\"healthy\":true").count() < 5 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "agents not healthy: {}",
-            http_get(metrics, "/config").1
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let s = b
+        .agent(agent("auth", "auth-agent", &[&api_keys]))
+        .agent(agent("ratelimit", "ratelimit-agent", &[]))
+        .agent(agent("tool", "tool-agent", &[]))
+        .agent(agent("planner", "planner-agent", &[]))
+        .agent(agent(
+            "guardrail",
+            "guardrail-agent",
+            &[&audit_path, "--audit-fsync-ms=5"],
+        ))
+        .kernel_file(&config, &sockets.join("kernel.sock"), metrics)
+        // deploy/envoy.yaml, moved likewise.
+        .envoy_config(move |kernel, upstream| {
+            std::fs::read_to_string(root.join("deploy/envoy.yaml"))
+                .unwrap()
+                .replace("port_value: 10000", "port_value: 0")
+                .replace("port_value: 9901", "port_value: 0")
+                .replace("port_value: 8080", &format!("port_value: {upstream}"))
+                .replace("run/sockets/kernel.sock", &kernel.display().to_string())
+        })
+        .start()
+        .await;
+    let listen = s.envoy.port;
 
     let c = reqwest::Client::new();
     let url = |p: &str| format!("http://127.0.0.1:{listen}{p}");
     let key = ("x-api-key", "demo-key-123");
-    let diag = || std::fs::read_to_string(dir.join("kernel.log")).unwrap_or_default();
+    let diag = || s.kernel.log();
 
     // /api/v1/users: apiKeyAuth, rateLimit; addSecurityHeaders.
     let r = send(&c, "GET", &url("/api/v1/users/7"), &[], None).await;
@@ -259,10 +200,6 @@ async fn reference_agents_behind_the_deployable_configs() {
         !journal.contains("s3cret") && !journal.contains(&admin_token[7..]),
         "secret in the audit journal:\n{journal}"
     );
-    let verify = Command::new(agent_bin("guardrail-agent"))
-        .arg("verify-audit")
-        .arg(&audit)
-        .output()
-        .unwrap();
+    let verify = verify_audit(&audit);
     assert!(verify.status.success(), "{}", String::from_utf8_lossy(&verify.stdout));
 }

@@ -54,14 +54,14 @@ async fn kill_agent_run(
     down: Duration,
     max_kills: u32,
 ) -> KillRun {
-    let tmp = workdir();
-    let agent = TestAgent::start(tmp.path(), "gate", GATE);
-    let body = format!(
-        "  agents:\n{}  route_policies:\n    - route_name: gate\n      request_policy_chain: [{{policy: gate, on_failure: deny}}]\n",
-        agent_yaml("gate", &agent.socket, health_ms, agent_extra)
-    );
-    let stack = Stack::start(tmp, "", &body, &["gate"]).await;
-    stack.warm("/gate/warm").await;
+    let health = format!("      health_check_interval_ms: {health_ms}\n{agent_extra}");
+    let mut stack = suite(&["gate"])
+        .test_agent_with("gate", GATE, &health)
+        .config(GATE_ROUTE)
+        .start()
+        .await;
+    warm(&stack, "/gate/warm").await;
+    let agent = stack.take_test_agent("gate");
     let run_for = Duration::from_secs_f64(total as f64 / rate);
     let t0 = Instant::now();
     let killer = std::thread::spawn(move || {
@@ -253,14 +253,12 @@ async fn kernel_sigkill_under_load() {
         "setup",
         format!("{total} requests at {rate} rps through Envoy (gate route, fail closed); kernel SIGKILLed at {kills:?} and started again at once on the same config (as supervisord autorestart does)"),
     );
-    let tmp = workdir();
-    let agent = TestAgent::start(tmp.path(), "gate", GATE);
-    let body = format!(
-        "  agents:\n{}  route_policies:\n    - route_name: gate\n      request_policy_chain: [{{policy: gate, on_failure: deny}}]\n",
-        agent_yaml("gate", &agent.socket, 500, "")
-    );
-    let mut stack = Stack::start(tmp, "", &body, &["gate"]).await;
-    stack.warm("/gate/warm").await;
+    let mut stack = suite(&["gate"])
+        .test_agent_with("gate", GATE, "      health_check_interval_ms: 500\n")
+        .config(GATE_ROUTE)
+        .start()
+        .await;
+    warm(&stack, "/gate/warm").await;
     let envoy_pid = stack.envoy.proc.pid();
     // Who restarts the kernel: supervisord (CHAOS_SUPERVISORD=1, `make
     // chaos`), else the harness itself, at once, as supervisord would.
@@ -273,7 +271,7 @@ async fn kernel_sigkill_under_load() {
             "the harness, at once (set CHAOS_SUPERVISORD=1 for supervisord)"
         },
     );
-    stack.warm("/gate/warm2").await;
+    warm(&stack, "/gate/warm2").await;
     let t0 = Instant::now();
 
     // The kernel (or supervisord) moves into the killer thread and back.
@@ -386,7 +384,6 @@ async fn kernel_sigkill_under_load() {
     let after = hit(&stack.client, &stack.base, 0, gate_request(1), Instant::now()).await;
     r.check("serving_after", after.cause == Cause::Upstream, format!("{after:?}"));
     drop(supervised);
-    drop(agent);
     r.finish();
 }
 
@@ -430,23 +427,23 @@ async fn agent_latency_injection() {
         envoy_timeout > phase_timeout,
         format!("{envoy_timeout} <= {phase_timeout}"),
     );
-    let tmp = workdir();
-    let lat = TestAgent::start(tmp.path(), "lat", LAT);
-    let long = TestAgent::start(tmp.path(), "latlong", LAT_LONG);
-    let body = format!(
-        "  agents:\n{}{}  route_policies:\n    - route_name: lat0\n      request_policy_chain: [{{policy: lat0}}]\n    - route_name: lat50\n      request_policy_chain: [{{policy: lat50}}]\n    - route_name: lat250\n      request_policy_chain: [{{policy: lat250}}]\n    - route_name: latslow\n      request_policy_chain: [{{policy: lat1s, on_failure: continue}}]\n    - route_name: phase\n      request_policy_chain: [{{policy: lat3s, on_failure: deny}}]\n",
-        agent_yaml("lat", &lat.socket, 1000, "      timeout_ms: 500\n"),
-        agent_yaml("latlong", &long.socket, 1000, "      timeout_ms: 5000\n"),
-    );
-    let server = format!("    phase_timeout_ms: {phase_timeout}\n");
-    let s = Stack::start(
-        tmp,
-        &server,
-        &body,
-        &["lat0", "lat50", "lat250", "latslow", "phase", "free"],
-    )
-    .await;
-    s.warm("/lat0/warm").await;
+    let routes = "  route_policies:\n    - route_name: lat0\n      request_policy_chain: [{policy: lat0}]\n    - route_name: lat50\n      request_policy_chain: [{policy: lat50}]\n    - route_name: lat250\n      request_policy_chain: [{policy: lat250}]\n    - route_name: latslow\n      request_policy_chain: [{policy: lat1s, on_failure: continue}]\n    - route_name: phase\n      request_policy_chain: [{policy: lat3s, on_failure: deny}]\n";
+    let s = suite(&["lat0", "lat50", "lat250", "latslow", "phase", "free"])
+        .test_agent_with(
+            "lat",
+            LAT,
+            "      health_check_interval_ms: 1000\n      timeout_ms: 500\n",
+        )
+        .test_agent_with(
+            "latlong",
+            LAT_LONG,
+            "      health_check_interval_ms: 1000\n      timeout_ms: 5000\n",
+        )
+        .server(&format!("    phase_timeout_ms: {phase_timeout}\n"))
+        .config(routes)
+        .start()
+        .await;
+    warm(&s, "/lat0/warm").await;
 
     let mut all = Vec::new();
     let run = |name: &'static str, make: Box<dyn Fn(usize) -> Req>| {

@@ -11,7 +11,6 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{processing_request::Request 
 use support::chaos::*;
 use support::extproc::{self, Stream};
 use support::load::*;
-use support::*;
 
 // ======================================================================
 // 6. Size limits
@@ -73,16 +72,20 @@ fn body_msg(body: Vec<u8>) -> ProcessingRequest {
 async fn size_limits() {
     let _one = exclusive().await;
     let mut r = Report::new("6_size_limits");
-    let tmp = workdir();
-    let agent = TestAgent::start(tmp.path(), "sizes", &sizes_script());
-    let body = format!(
-        "  agents:\n{}  route_policies:\n    - route_name: body\n      request_policy_chain: [{{policy: bodyp, on_failure: deny}}]\n    - route_name: bodyb\n      request_policy_chain: [{{policy: bodyp, on_failure: deny}}]\n    - route_name: bigreply\n      request_policy_chain: [{{policy: bigreply, on_failure: deny}}]\n    - route_name: hdr\n      request_policy_chain: [{{policy: hdrp, on_failure: deny}}]\n",
-        agent_yaml("sizes", &agent.socket, 1000, "      timeout_ms: 5000\n")
-    );
     let mut opts = EnvoyOpts::deployed(&["bodyb", "body", "bigreply", "hdr"]);
     opts.buffered_routes.push("bodyb".into());
-    let s = Stack::start_opts(tmp, "    phase_timeout_ms: 10000\n", &body, opts).await;
-    s.warm("/hdr/warm").await;
+    let s = suite(&[])
+        .deployed_envoy(opts)
+        .test_agent_with(
+            "sizes",
+            &sizes_script(),
+            "      health_check_interval_ms: 1000\n      timeout_ms: 5000\n",
+        )
+        .server("    phase_timeout_ms: 10000\n")
+        .config("  route_policies:\n    - route_name: body\n      request_policy_chain: [{policy: bodyp, on_failure: deny}]\n    - route_name: bodyb\n      request_policy_chain: [{policy: bodyp, on_failure: deny}]\n    - route_name: bigreply\n      request_policy_chain: [{policy: bigreply, on_failure: deny}]\n    - route_name: hdr\n      request_policy_chain: [{policy: hdrp, on_failure: deny}]\n")
+        .start()
+        .await;
+    warm(&s, "/hdr/warm").await;
     let kpid = s.kernel.proc.pid();
     let epid = s.envoy.proc.pid();
     let access = |id: u64| {
@@ -331,7 +334,9 @@ async fn size_limits() {
     let after = hit(&s.client, &s.base, 7, Req::get("/hdr/after", 0), Instant::now()).await;
     r.check(
         "nothing_crashed_and_still_serving",
-        alive && matches!(after.cause, Cause::Upstream | Cause::AgentUnavailable) && agent.proc.is_some(),
+        alive
+            && matches!(after.cause, Cause::Upstream | Cause::AgentUnavailable)
+            && s.test_agent("sizes").proc.is_some(),
         format!("{after:?}"),
     );
     r.finish();

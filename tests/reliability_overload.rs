@@ -5,6 +5,7 @@
 
 mod support;
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use support::chaos::*;
@@ -26,17 +27,36 @@ const FAST: &str = r#"policies:
     request: [{set_header: {name: x-lat, value: fast}}]
 "#;
 
-fn overload_body(slow: &TestAgent, fast: &TestAgent, slow_calls: u32) -> String {
+/// The kernel config of the overload tests, for the agents `slow` and
+/// `fast` on these sockets.
+fn overload_body(slow: &Path, fast: &Path, slow_calls: u32) -> String {
     format!(
         "  agents:\n{}{}  route_policies:\n    - route_name: slow\n      request_policy_chain: [{{policy: slowp, on_failure: deny}}]\n    - route_name: fast\n      request_policy_chain: [{{policy: fastp, on_failure: deny}}]\n",
         agent_yaml(
             "slow",
-            &slow.socket,
+            slow,
             1000,
             &format!("      timeout_ms: 1000\n      max_concurrent_calls: {slow_calls}\n      circuit_breaker: {{failure_threshold: 0}}\n")
         ),
-        agent_yaml("fast", &fast.socket, 1000, ""),
+        agent_yaml("fast", fast, 1000, ""),
     )
+}
+
+/// The slow and fast agents, the kernel (at most `streams` streams,
+/// `slow_calls` calls at once to the slow agent), warm.
+async fn overload_stack(streams: u32, slow_calls: u32) -> Stack {
+    let b = suite(&["slow", "fast"]);
+    let body = overload_body(&b.socket("slow"), &b.socket("fast"), slow_calls);
+    let s = b
+        .test_agent("slow", SLOW_FAST)
+        .test_agent("fast", FAST)
+        .server(&format!("    max_concurrent_streams: {streams}\n"))
+        .kernel_body(&body)
+        .start()
+        .await;
+    warm(&s, "/slow/warm").await;
+    warm(&s, "/fast/warm").await;
+    s
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -44,13 +64,7 @@ async fn overload_sheds_and_isolates() {
     let _one = exclusive().await;
     let mut r = Report::new("4_overload");
     let (limit, workers, secs, pause) = pick((10u32, 100usize, 5u64, 200u64), (50, 500, 15, 200));
-    let tmp = workdir();
-    let slow = TestAgent::start(tmp.path(), "slow", SLOW_FAST);
-    let fast = TestAgent::start(tmp.path(), "fast", FAST);
-    let server = format!("    max_concurrent_streams: {limit}\n");
-    let s = Stack::start(tmp, &server, &overload_body(&slow, &fast, 256), &["slow", "fast"]).await;
-    s.warm("/slow/warm").await;
-    s.warm("/fast/warm").await;
+    let s = overload_stack(limit, 256).await;
     let pid = s.kernel.proc.pid();
 
     // Part A: `workers` clients, each sending back to back, against a 100 ms
@@ -207,13 +221,7 @@ async fn overload_sheds_and_isolates() {
         format!("server.max_concurrent_streams={limit_b}; slow route (100 ms agent) flooded at {flood_rps} rps (= {:.0} concurrent calls offered) while the fast route gets {fast_rps} rps; slow agent max_concurrent_calls={calls_b} vs 256 (default)", flood_rps * 0.1),
     );
     drop(s);
-    let tmp = workdir();
-    let slow = TestAgent::start(tmp.path(), "slow", SLOW_FAST);
-    let fast = TestAgent::start(tmp.path(), "fast", FAST);
-    let server = format!("    max_concurrent_streams: {limit_b}\n");
-    let s = Stack::start(tmp, &server, &overload_body(&slow, &fast, calls_b), &["slow", "fast"]).await;
-    s.warm("/slow/warm").await;
-    s.warm("/fast/warm").await;
+    let s = overload_stack(limit_b, calls_b).await;
     let n_fast = (fast_rps * secs_b as f64) as usize;
     let n_flood = (flood_rps * secs_b as f64) as usize;
     let alone = open_loop(&s.client, &s.base, fast_rps, n_fast, Instant::now(), |i| {
@@ -232,8 +240,9 @@ async fn overload_sheds_and_isolates() {
         }
     };
     let (fast_limited, flood_limited) = both(&s).await;
-    s.reload(&overload_body(&slow, &fast, 256)).await;
-    s.warm("/fast/warm").await;
+    s.reload(&overload_body(&s.socket("slow"), &s.socket("fast"), 256))
+        .await;
+    warm(&s, "/fast/warm").await;
     let (fast_unlimited, flood_unlimited) = both(&s).await;
     let line = |a: &[Answer]| {
         format!(

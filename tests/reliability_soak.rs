@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 
 use support::chaos::*;
 use support::load::*;
-use support::*;
 
 // ======================================================================
 // 8. Soak (make soak)
@@ -44,29 +43,32 @@ async fn soak() {
         format!("{minutes} min at {rate} rps (gate+tag chain, 1/3 without token), SIGHUP reload every {}s, gate agent SIGKILL+restart every {}s, kernel RSS and fds sampled every 10 s",
             reload_every.as_secs(), restart_every.as_secs()),
     );
-    let tmp = workdir();
-    let gate = TestAgent::start(tmp.path(), "gate", GATE);
-    let tagger = TestAgent::start(tmp.path(), "tagger", TAGGER);
-    let config = |v: u64| {
-        format!(
-            "  agents:\n{}{}  route_policies:\n    - route_name: gate\n      request_policy_chain: [{{policy: gate, on_failure: deny}}, {{policy: tag, params: {{v: \"{v}\"}}}}]\n",
-            agent_yaml("gate", &gate.socket, 500, "      circuit_breaker: {failure_threshold: 5, cooldown_ms: 1000}\n"),
-            agent_yaml("tagger", &tagger.socket, 500, ""),
-        )
+    let routes = |v: u64| {
+        format!("  route_policies:\n    - route_name: gate\n      request_policy_chain: [{{policy: gate, on_failure: deny}}, {{policy: tag, params: {{v: \"{v}\"}}}}]\n")
     };
-    let s = Stack::start(tmp, "", &config(0), &["gate"]).await;
-    s.warm("/gate/warm").await;
+    let mut s = suite(&["gate"])
+        .test_agent_with(
+            "gate",
+            GATE,
+            "      health_check_interval_ms: 500\n      circuit_breaker: {failure_threshold: 5, cooldown_ms: 1000}\n",
+        )
+        .test_agent_with("tagger", TAGGER, "      health_check_interval_ms: 500\n")
+        .config(&routes(0))
+        .start()
+        .await;
+    warm(&s, "/gate/warm").await;
     let pid = s.kernel.proc.pid();
     let kernel_config = s.kernel.config.clone();
     // The chaos thread: samples, reloads, restarts; writes the CSV.
     let t0 = Instant::now();
-    let rendered: Vec<String> = (0..2).map(config).collect();
+    let rendered: Vec<String> = (0..2).map(|v| s.kernel_body(&routes(v))).collect();
     let full_text = |body: &str| {
         let current = std::fs::read_to_string(&kernel_config).expect("config");
         let head = current.split("  agents:\n").next().unwrap_or("").to_string();
         format!("{head}{body}")
     };
     let texts: Vec<String> = rendered.iter().map(|b| full_text(b)).collect();
+    let gate = s.take_test_agent("gate");
     let kernel_pid = pid;
     let cfg_path = kernel_config.clone();
     let chaos = std::thread::spawn(move || {

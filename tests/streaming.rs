@@ -4,11 +4,9 @@
 
 mod support;
 
-use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use support::reference::{until_agents_healthy, RefAgent};
-use support::sse_upstream::{Script, SseUpstream};
+use support::sse_upstream::{first_chunk, openai_chunk as openai, read_all as body, Script};
 use support::*;
 
 const STREAMER: &str = "policies:
@@ -37,100 +35,25 @@ const ROUTES: &str = "  route_policies:
       response_policy_chain: [{policy: dieStream, on_failure: deny}]
 ";
 
-struct Stack {
-    _tmp: tempfile::TempDir,
-    streamer: TestAgent,
-    dying: TestAgent,
-    _guardrail: RefAgent,
-    kernel: KernelProc,
-    envoy: Envoy,
-    up: SseUpstream,
-}
-
-impl Stack {
-    async fn start() -> Self {
-        let tmp = workdir();
-        let dir = tmp.path().to_path_buf();
-        let streamer = TestAgent::start(&dir, "streamer", STREAMER);
-        let dying = TestAgent::start(&dir, "dying", DYING);
-        let audit = format!("--audit-path={}", dir.join("audit.jsonl").display());
-        let guardrail = RefAgent::start(&dir, "guardrail", "guardrail-agent", &[&audit]);
-        let agents = format!(
-            "  agents:\n{}{}{}",
-            agent_entry("streamer", &streamer, ""),
-            agent_entry("dying", &dying, "      fail_open: false\n"),
-            guardrail.entry()
-        );
-        let kernel = KernelProc::start(&dir, &format!("{agents}{ROUTES}"));
-        let up = SseUpstream::start().await;
-        let envoy = Envoy::start(&dir, &kernel.socket, up.addr.port());
-        // Every agent discovered and healthy before the first request.
-        until_agents_healthy(&kernel, 3).await;
-        Self {
-            _tmp: tmp,
-            streamer,
-            dying,
-            _guardrail: guardrail,
-            kernel,
-            envoy,
-            up,
-        }
-    }
-
-    async fn open(&self, path: &str, script: &str) -> reqwest::Response {
-        reqwest::Client::new()
-            .get(self.envoy.url(path))
-            .header("x-script", script)
-            .send()
-            .await
-            .expect("request")
-    }
-
-    fn diag(&self) -> String {
-        let tail = |s: String| {
-            s.lines()
-                .rev()
-                .take(30)
-                .collect::<Vec<_>>()
-                .into_iter()
-                .rev()
-                .collect::<Vec<_>>()
-                .join("\n")
-        };
-        format!(
-            "--- kernel ---\n{}\n--- envoy ---\n{}",
-            tail(self.kernel.log()),
-            tail(self.envoy.log())
-        )
-    }
-}
-
-/// Reads the whole body, within 20 s.
-async fn body(mut r: reqwest::Response) -> String {
-    let mut out = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while let Some(c) = tokio::time::timeout_at(deadline.into(), r.chunk())
+async fn stack() -> Stack {
+    let b = Stack::builder();
+    let audit = format!("--audit-path={}", b.dir().join("audit.jsonl").display());
+    b.test_agent("streamer", STREAMER)
+        .test_agent_with("dying", DYING, "      fail_open: false\n")
+        .ref_agent("guardrail", "guardrail-agent", &[&audit])
+        .config(ROUTES)
+        .sse_upstream()
+        .start()
         .await
-        .expect("the stream ends, it does not hang")
-        .expect("body")
-    {
-        out.extend_from_slice(&c);
-    }
-    String::from_utf8(out).expect("utf-8")
 }
 
-fn openai(content: &str) -> String {
-    let doc = serde_json::json!({"id": "c1", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": content}, "finish_reason": null}]});
-    format!("data: {doc}\n\n")
-}
-
-fn sse(pieces: &[String], pause_ms: u64, gated: bool) -> Script {
-    Script {
-        content_type: "text/event-stream",
-        pieces: pieces.iter().map(|p| p.as_bytes().to_vec()).collect(),
-        pause: Duration::from_millis(pause_ms),
-        gated,
-    }
+async fn open(s: &Stack, path: &str, script: &str) -> reqwest::Response {
+    s.client
+        .get(s.url(path))
+        .header("x-script", script)
+        .send()
+        .await
+        .expect("request")
 }
 
 /// The streamed text of an OpenAI-style stream; every data event must be JSON.
@@ -153,15 +76,9 @@ fn text_of(stream: &str) -> String {
     text
 }
 
-fn fds(pid: u32) -> usize {
-    std::fs::read_dir(PathBuf::from(format!("/proc/{pid}/fd")))
-        .map(|d| d.count())
-        .unwrap_or(0)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streamed_responses_through_envoy() {
-    let mut s = Stack::start().await;
+    let mut s = stack().await;
 
     // First event first: the client has the first event while the upstream
     // still waits to send the second.
@@ -170,18 +87,14 @@ async fn streamed_responses_through_envoy() {
         openai("how are you? "),
         "data: [DONE]\n\n".to_string(),
     ];
-    s.up.script("gated", sse(&pieces, 0, true));
-    let mut r = s.open("/resp/chat", "gated").await;
-    assert_eq!(r.status(), 200, "{}", s.diag());
+    s.sse().script("gated", Script::events(&pieces, 0).gated());
+    let mut r = open(&s, "/resp/chat", "gated").await;
+    assert_eq!(r.status(), 200, "{}", s.diag_tail(30));
     assert_eq!(r.headers().get("content-type").unwrap(), "text/event-stream");
-    let first = tokio::time::timeout(Duration::from_secs(10), r.chunk())
-        .await
-        .expect("the first event arrives before the second is sent")
-        .unwrap()
-        .unwrap();
-    assert_eq!(s.up.sent(), 1, "the upstream sent only the first event");
+    let first = first_chunk(&mut r, "the first event arrives before the second is sent").await;
+    assert_eq!(s.sse().sent(), 1, "the upstream sent only the first event");
     assert!(String::from_utf8_lossy(&first).contains("Hello there, "), "{first:?}");
-    s.up.release(10);
+    s.sse().release(10);
     let rest = body(r).await;
     assert_eq!(
         text_of(&format!("{}{rest}", String::from_utf8_lossy(&first))),
@@ -205,21 +118,14 @@ async fn streamed_responses_through_envoy() {
         last = c;
     }
     pieces.push(stream.as_bytes()[last..].to_vec());
-    s.up.script(
-        "cut",
-        Script {
-            content_type: "text/event-stream; charset=utf-8",
-            pieces,
-            pause: Duration::from_millis(20),
-            gated: false,
-        },
-    );
-    let r = s.open("/chain/x", "cut").await;
-    assert_eq!(r.status(), 200, "{}", s.diag());
+    s.sse()
+        .script("cut", Script::raw("text/event-stream; charset=utf-8", pieces, 20));
+    let r = open(&s, "/chain/x", "cut").await;
+    assert_eq!(r.status(), 200, "{}", s.diag_tail(30));
     assert_eq!(r.headers().get("x-tagged").map(|v| v.to_str().unwrap()), Some("yes"));
-    assert_eq!(body(r).await, stream, "{}", s.diag());
+    assert_eq!(body(r).await, stream, "{}", s.diag_tail(30));
     let calls: Vec<String> = s
-        .streamer
+        .test_agent("streamer")
         .events()
         .into_iter()
         .filter(|e| e.starts_with("end passStream"))
@@ -233,8 +139,8 @@ async fn streamed_responses_through_envoy() {
         openai("5309 today."),
         "data: [DONE]\n\n".into(),
     ];
-    s.up.script("pii", sse(&pieces, 30, false));
-    let out = body(s.open("/resp/chat", "pii").await).await;
+    s.sse().script("pii", Script::events(&pieces, 30));
+    let out = body(open(&s, "/resp/chat", "pii").await).await;
     assert_eq!(
         text_of(&out),
         "Write to [REDACTED:email] or call [REDACTED:phone] today.",
@@ -243,20 +149,18 @@ async fn streamed_responses_through_envoy() {
     assert!(!out.contains("example.com") && !out.contains("5309"), "{out}");
 
     // Events changed by a policy: every event upper-cased.
-    s.up.script(
-        "plain",
-        sse(&["data: abc\n\n".into(), "data: def\n\n".into()], 10, false),
-    );
+    s.sse()
+        .script("plain", Script::events(&["data: abc\n\n", "data: def\n\n"], 10));
     assert_eq!(
-        body(s.open("/users/x", "plain").await).await,
+        body(open(&s, "/users/x", "plain").await).await,
         "data: ABC\n\ndata: DEF\n\n"
     );
 
     // A policy ends the stream: what came before, then an error event, then
     // a clean close (the rest of the upstream's body is dropped).
     let pieces: Vec<String> = (0..5).map(|i| format!("data: {i}\n\n")).collect();
-    s.up.script("five", sse(&pieces, 50, false));
-    let out = body(s.open("/deny/x", "five").await).await;
+    s.sse().script("five", Script::events(&pieces, 50));
+    let out = body(open(&s, "/deny/x", "five").await).await;
     assert!(out.starts_with("data: 0\n\n"), "{out}");
     assert!(
         out.ends_with("event: error\ndata: {\"error\":\"test_end\",\"message\":\"ended by endStream\"}\n\n"),
@@ -272,16 +176,9 @@ async fn streamed_responses_through_envoy() {
     // A raw body cannot carry an error event: ending it resets the stream,
     // so the client sees an error, not a body that looks complete.
     let raw: Vec<Vec<u8>> = (0..5).map(|i| format!("part {i};").into_bytes()).collect();
-    s.up.script(
-        "rawfive",
-        Script {
-            content_type: "application/octet-stream",
-            pieces: raw,
-            pause: Duration::from_millis(50),
-            gated: false,
-        },
-    );
-    let r = s.open("/deny/raw", "rawfive").await;
+    s.sse()
+        .script("rawfive", Script::raw("application/octet-stream", raw, 50));
+    let r = open(&s, "/deny/raw", "rawfive").await;
     assert_eq!(r.status(), 200);
     let got = tokio::time::timeout(Duration::from_secs(20), r.bytes())
         .await
@@ -290,41 +187,34 @@ async fn streamed_responses_through_envoy() {
 
     // A non-SSE chunked body passes through a streaming policy intact.
     let raw: Vec<Vec<u8>> = vec![b"{\"part\":".to_vec(), vec![0xc3], vec![0xa9, b'1'], b"}\n".to_vec()];
-    s.up.script(
-        "raw",
-        Script {
-            content_type: "application/octet-stream",
-            pieces: raw.clone(),
-            pause: Duration::from_millis(20),
-            gated: false,
-        },
-    );
-    let r = s.open("/chain/raw", "raw").await;
+    s.sse()
+        .script("raw", Script::raw("application/octet-stream", raw.clone(), 20));
+    let r = open(&s, "/chain/raw", "raw").await;
     let bytes = r.bytes().await.unwrap();
     assert_eq!(bytes.to_vec(), raw.concat());
 
     // An agent killed mid-stream: `on_failure: deny` ends the stream with an
     // error event; the client is not left hanging.
     let pieces: Vec<String> = (0..6).map(|i| format!("data: {i}\n\n")).collect();
-    s.up.script("slowsix", sse(&pieces, 200, false));
-    let r = s.open("/fail/x", "slowsix").await;
+    s.sse().script("slowsix", Script::events(&pieces, 200));
+    let r = open(&s, "/fail/x", "slowsix").await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    s.dying.kill();
+    s.test_agent_mut("dying").kill();
     let out = body(r).await;
-    assert!(out.contains("event: error"), "{out}\n{}", s.diag());
+    assert!(out.contains("event: error"), "{out}\n{}", s.diag_tail(30));
     assert!(!out.contains("data: 5"), "{out}");
 
     // The client goes away mid-stream: the agent call in flight is
     // cancelled, active streams go back to 0 and the kernel's fds stay flat.
     let kernel_pid = s.kernel.proc.pid();
-    let before = fds(kernel_pid);
+    let before = load::open_fds(kernel_pid);
     for round in 0..3 {
         let pieces: Vec<String> = (0..4).map(|i| format!("data: {i}\n\n")).collect();
-        s.up.script("long", sse(&pieces, 100, false));
-        let r = s.open("/slow/x", "long").await;
+        s.sse().script("long", Script::events(&pieces, 100));
+        let r = open(&s, "/slow/x", "long").await;
         assert_eq!(r.status(), 200);
         until("a slow chunk call in flight", Duration::from_secs(10), || async {
-            s.streamer
+            s.test_agent("streamer")
                 .events()
                 .iter()
                 .filter(|e| e.starts_with("start slowStream"))
@@ -334,7 +224,7 @@ async fn streamed_responses_through_envoy() {
         .await;
         drop(r);
         until("the chunk call cancelled", Duration::from_secs(10), || async {
-            s.streamer
+            s.test_agent("streamer")
                 .events()
                 .iter()
                 .filter(|e| e.starts_with("cancel slowStream"))
@@ -347,9 +237,14 @@ async fn streamed_responses_through_envoy() {
         s.kernel.metric("policy_kernel_active_streams") == 0.0
     })
     .await;
-    let after = fds(kernel_pid);
+    let after = load::open_fds(kernel_pid);
     assert!(after <= before + 2, "kernel fds {before} -> {after}");
     assert!(s.kernel.metric("policy_kernel_stream_chunks_total{route=\"resp\"}") > 0.0);
-    assert_eq!(s.envoy.stat("http.ingress.ext_proc.streams_failed"), 0, "{}", s.diag());
+    assert_eq!(
+        s.envoy.stat("http.ingress.ext_proc.streams_failed"),
+        0,
+        "{}",
+        s.diag_tail(30)
+    );
     assert!(s.envoy.stat("http.ingress.ext_proc.streams_started") > 0);
 }

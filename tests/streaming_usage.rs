@@ -10,95 +10,50 @@ mod support;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use support::reference::{agents_section, logs, until_agents_healthy, RefAgent};
-use support::sse_upstream::{Script, SseUpstream};
+use support::reference::verify_audit;
+use support::sse_upstream::{openai_chunk as openai, read_all as body, Script};
 use support::*;
 
 const LIMIT: &str = "{tokens_per_minute: 1000, key: \"header:x-user\"}";
 
-struct Stack {
-    _tmp: tempfile::TempDir,
-    _ratelimit: RefAgent,
-    _guardrail: RefAgent,
-    audit: PathBuf,
-    kernel: KernelProc,
-    envoy: Envoy,
-    up: SseUpstream,
-}
-
-impl Stack {
-    async fn start() -> Self {
-        let tmp = workdir();
-        let dir = tmp.path().to_path_buf();
-        let audit = dir.join("audit.jsonl");
-        let ratelimit = RefAgent::start(&dir, "ratelimit", "ratelimit-agent", &[]);
-        let audit_path = format!("--audit-path={}", audit.display());
-        let guardrail = RefAgent::start(
-            &dir,
-            "guardrail",
-            "guardrail-agent",
-            &[&audit_path, "--audit-fsync-ms=5"],
-        );
-        let config = format!(
-            "{}  route_policies:
+async fn stack() -> (Stack, PathBuf) {
+    let b = Stack::builder();
+    let audit = b.dir().join("audit.jsonl");
+    let audit_path = format!("--audit-path={}", audit.display());
+    let s = b
+        .ref_agent("ratelimit", "ratelimit-agent", &[])
+        .ref_agent("guardrail", "guardrail-agent", &[&audit_path, "--audit-fsync-ms=5"])
+        .config(&format!(
+            "  route_policies:
     - route_name: body
       request_policy_chain: [{{policy: tokenBasedRateLimit, params: {LIMIT}}}]
       response_policy_chain:
         - {{policy: tokenBasedRateLimit, params: {LIMIT}}}
         - {{policy: auditLog}}
-",
-            agents_section(&[&ratelimit, &guardrail])
-        );
-        let kernel = KernelProc::start(&dir, &config);
-        let up = SseUpstream::start().await;
-        let envoy = Envoy::start(&dir, &kernel.socket, up.addr.port());
-        until_agents_healthy(&kernel, 2).await;
-        Self {
-            _tmp: tmp,
-            _ratelimit: ratelimit,
-            _guardrail: guardrail,
-            audit,
-            kernel,
-            envoy,
-            up,
-        }
-    }
-
-    async fn chat(&self, user: &str, script: &str, body: &serde_json::Value) -> reqwest::Response {
-        self.post("/body/v1/chat/completions", user, script, body).await
-    }
-
-    async fn post(&self, path: &str, user: &str, script: &str, body: &serde_json::Value) -> reqwest::Response {
-        reqwest::Client::new()
-            .post(self.envoy.url(path))
-            .header("x-user", user)
-            .header("x-script", script)
-            .header("content-type", "application/json")
-            .body(body.to_string())
-            .send()
-            .await
-            .expect("request")
-    }
-
-    fn diag(&self) -> String {
-        logs(&self.kernel, &self.envoy)
-    }
+"
+        ))
+        .sse_upstream()
+        .start()
+        .await;
+    (s, audit)
 }
 
-/// Reads the whole body, within 20 s.
-async fn body(mut r: reqwest::Response) -> String {
-    let mut out = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while let Some(c) = tokio::time::timeout_at(deadline.into(), r.chunk())
+async fn chat(s: &Stack, user: &str, script: &str, body: &serde_json::Value) -> reqwest::Response {
+    post(s, "/body/v1/chat/completions", user, script, body).await
+}
+
+async fn post(s: &Stack, path: &str, user: &str, script: &str, body: &serde_json::Value) -> reqwest::Response {
+    s.client
+        .post(s.url(path))
+        .header("x-user", user)
+        .header("x-script", script)
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
         .await
-        .expect("the stream ends, it does not hang")
-        .expect("body")
-    {
-        out.extend_from_slice(&c);
-    }
-    String::from_utf8(out).expect("utf-8")
+        .expect("request")
 }
 
 /// The hex SHA-256 of `data`, by coreutils' `sha256sum`.
@@ -133,11 +88,6 @@ async fn journal(path: &std::path::Path, n: usize) -> Vec<serde_json::Value> {
     read()
 }
 
-fn openai(content: &str) -> String {
-    let doc = serde_json::json!({"id": "c1", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": content}, "finish_reason": null}]});
-    format!("data: {doc}\n\n")
-}
-
 fn usage(total: u64) -> String {
     let doc = serde_json::json!({"id": "c1", "object": "chat.completion.chunk", "choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": total - 10, "total_tokens": total}});
     format!("data: {doc}\n\n")
@@ -152,50 +102,41 @@ fn request(chars: usize, include_usage: Option<bool>) -> serde_json::Value {
     doc
 }
 
-fn script(pieces: Vec<String>) -> Script {
-    Script {
-        content_type: "text/event-stream",
-        pieces: pieces.into_iter().map(String::into_bytes).collect(),
-        pause: Duration::from_millis(20),
-        gated: false,
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streamed_usage_is_charged_and_hidden() {
-    let s = Stack::start().await;
+    let (s, audit) = stack().await;
     let (hello, world, done) = (openai("Hello"), openai(" world"), "data: [DONE]\n\n".to_string());
 
     // A client that asked for usage gets the usage chunk, byte for byte.
-    s.up.script(
+    s.sse().script(
         "asked",
-        script(vec![hello.clone(), world.clone(), usage(20), done.clone()]),
+        Script::events(&[hello.clone(), world.clone(), usage(20), done.clone()], 20),
     );
-    let r = s.chat("u2", "asked", &request(40, Some(true))).await;
+    let r = chat(&s, "u2", "asked", &request(40, Some(true))).await;
     assert_eq!(r.status(), 200, "{}", s.diag());
     assert_eq!(r.headers().get("content-type").unwrap(), "text/event-stream");
     assert_eq!(body(r).await, format!("{hello}{world}{}{done}", usage(20)));
-    let sent: serde_json::Value = serde_json::from_slice(s.up.bodies().last().unwrap()).unwrap();
+    let sent: serde_json::Value = serde_json::from_slice(s.sse().bodies().last().unwrap()).unwrap();
     assert_eq!(sent, request(40, Some(true)), "a request that asked is unchanged");
 
     // A client that did not ask: the upstream is asked for usage, the
     // client's stream has no usage chunk, and the 950 tokens are charged.
-    s.up.script(
+    s.sse().script(
         "usage",
-        script(vec![hello.clone(), world.clone(), usage(950), done.clone()]),
+        Script::events(&[hello.clone(), world.clone(), usage(950), done.clone()], 20),
     );
-    let r = s.chat("u1", "usage", &request(40, None)).await;
+    let r = chat(&s, "u1", "usage", &request(40, None)).await;
     assert_eq!(r.status(), 200, "{}", s.diag());
     let out = body(r).await;
     assert_eq!(out, format!("{hello}{world}{done}"), "{}", s.diag());
-    let sent: serde_json::Value = serde_json::from_slice(s.up.bodies().last().unwrap()).unwrap();
+    let sent: serde_json::Value = serde_json::from_slice(s.sse().bodies().last().unwrap()).unwrap();
     let mut expected = request(40, None);
     expected["stream_options"] = serde_json::json!({"include_usage": true});
     assert_eq!(sent, expected);
 
     // The audit journal has one line per streamed response, written at its
     // end, with the SHA-256 of what the client got; its chain verifies.
-    let lines = journal(&s.audit, 2).await;
+    let lines = journal(&audit, 2).await;
     assert_eq!(lines.len(), 2, "{lines:?}");
     let stream = &lines[1]["stream"];
     assert_eq!(stream["framing"], "sse");
@@ -204,11 +145,7 @@ async fn streamed_usage_is_charged_and_hidden() {
     assert_eq!(stream["sha256"], sha256(out.as_bytes()));
     // The charge's metadata reached the line (its value is redacted: `token` names a secret).
     assert!(lines[1]["metadata"].get("tokens_used").is_some(), "{}", lines[1]);
-    let verify = Command::new(agent_bin("guardrail-agent"))
-        .arg("verify-audit")
-        .arg(&s.audit)
-        .output()
-        .unwrap();
+    let verify = verify_audit(&audit);
     assert!(
         verify.status.success(),
         "{}{}",
@@ -218,10 +155,10 @@ async fn streamed_usage_is_charged_and_hidden() {
 
     // 1000 - 950 = 50 tokens left: a 100-token prompt is over the budget
     // (without the streamed charge, 990 would be left); another key is not.
-    let r = s.chat("u1", "usage", &request(400, None)).await;
+    let r = chat(&s, "u1", "usage", &request(400, None)).await;
     assert_eq!(r.status(), 429, "{}", s.diag());
     assert!(r.headers().get("retry-after").is_some());
-    let r = s.chat("u3", "asked", &request(400, None)).await;
+    let r = chat(&s, "u3", "asked", &request(400, None)).await;
     assert_eq!(r.status(), 200);
     body(r).await;
     // An Anthropic-style stream: the request is left as it is, and input
@@ -246,19 +183,17 @@ async fn streamed_usage_is_charged_and_hidden() {
         .iter()
         .map(|(t, d)| format!("event: {t}\ndata: {d}\n\n"))
         .collect();
-    s.up.script("anthropic", script(pieces.clone()));
-    let r = s.post("/body/v1/messages", "u4", "anthropic", &request(40, None)).await;
+    s.sse().script("anthropic", Script::events(&pieces, 20));
+    let r = post(&s, "/body/v1/messages", "u4", "anthropic", &request(40, None)).await;
     assert_eq!(r.status(), 200, "{}", s.diag());
     assert_eq!(body(r).await, pieces.concat(), "an Anthropic stream passes unchanged");
-    let sent: serde_json::Value = serde_json::from_slice(s.up.bodies().last().unwrap()).unwrap();
+    let sent: serde_json::Value = serde_json::from_slice(s.sse().bodies().last().unwrap()).unwrap();
     assert_eq!(
         sent,
         request(40, None),
         "no stream_options for an Anthropic-style request"
     );
-    let r = s
-        .post("/body/v1/messages", "u4", "anthropic", &request(400, None))
-        .await;
+    let r = post(&s, "/body/v1/messages", "u4", "anthropic", &request(400, None)).await;
     assert_eq!(r.status(), 429, "{}", s.diag());
 
     // The responses were streamed through the policy, not buffered.

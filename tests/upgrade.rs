@@ -11,10 +11,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use support::chaos::{denied_let_through, gate_request, kill_schedule, ALLOW, DENY, GATE};
+use support::chaos::{denied_let_through, gate_request, kill_schedule, suite, warm, DENY, GATE, GATE_ROUTE};
 use support::load::*;
 use support::supervise::*;
-use support::{workdir, Envoy, KernelProc, TestAgent, Upstream};
+use support::{agent_entry, workdir, Envoy, KernelProc, Stack, TestAgent};
 
 /// The kernel's `server:` lines: the generation header on, a drain long
 /// enough for every stream in flight.
@@ -29,55 +29,24 @@ fn right(a: &Answer) -> bool {
     }
 }
 
-/// The kernel's agents and route. The health check may take 1 s (default
+/// The gate agent's entry lines. The health check may take 1 s (default
 /// 100 ms): these tests measure upgrades and restarts, and on a starved host
 /// (2 shared cores, debug builds) a 100 ms check times out now and then,
 /// which makes any kernel answer `agent_unavailable_response` until the
 /// next check, upgrade or not.
-fn body(agent: &TestAgent) -> String {
-    format!(
-        "  agents:\n{}  route_policies:\n    - route_name: gate\n      request_policy_chain: [{{policy: gate, on_failure: deny}}]\n",
-        agent_yaml("gate", &agent.socket, 500, "      health_check_timeout_ms: 1000\n")
-    )
-}
+const GATE_HEALTH: &str = "      health_check_interval_ms: 500\n      health_check_timeout_ms: 1000\n";
 
-fn body_of(agent: &TestAgent) -> String {
-    body(agent)
+/// The kernel's agents and route.
+fn body(agent: &TestAgent) -> String {
+    format!("  agents:\n{}{GATE_ROUTE}", agent_entry("gate", agent, GATE_HEALTH))
 }
 
 /// A response policy of the test agent that takes 100 ms.
 const SLOW_RESPONSE: &str = "  - name: slowresp\n    phases: response\n    delay_ms: 100\n    response:\n      - set_header: {name: x-resp, value: seen}\n";
 
-/// The gate route with `slowresp` as its response chain.
-fn body_with_response_policy(agent: &TestAgent) -> String {
-    format!(
-        "{}      response_policy_chain: [{{policy: slowresp, on_failure: continue}}]\n",
-        body(agent)
-    )
-}
-
 /// The generation an answer came from: exactly one number.
 fn generation(a: &Answer) -> Option<u64> {
     a.tag(GENERATION_HEADER).and_then(|v| v.trim().parse().ok())
-}
-
-async fn warm(client: &reqwest::Client, base: &str) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let a = hit(
-            client,
-            base,
-            0,
-            Req::get("/gate/warm", ALLOW).header("x-token", "t"),
-            Instant::now(),
-        )
-        .await;
-        if a.cause == Cause::Upstream {
-            return;
-        }
-        assert!(Instant::now() < deadline, "the stack never served: {a:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// Status and Envoy's details of each answer that is not right.
@@ -96,52 +65,28 @@ fn failures(envoy: &Envoy, answers: &[Answer]) -> String {
     m.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" ")
 }
 
-struct Stack {
-    _tmp: tempfile::TempDir,
-    _agent: TestAgent,
-    kernel: KernelProc,
-    _upstream: Upstream,
-    envoy: Envoy,
-    base: String,
-    client: reqwest::Client,
-}
-
-impl Stack {
-    /// The supervised process is still the one started, and its ext_proc
-    /// socket the one it bound (`before`: its inode at the start).
-    fn check_same_parent_and_socket(&mut self, r: &mut Report, before: Option<(u64, i64, i64)>) {
-        r.check(
-            "same_parent_and_socket",
-            matches!(self.kernel.proc.child.try_wait(), Ok(None)) && socket_inode(&self.kernel.socket) == before,
-            "the supervised pid or the socket changed",
-        );
-    }
-}
-
-async fn supervised_stack() -> Stack {
-    let tmp = workdir();
-    let dir = tmp.path().to_path_buf();
-    let agent = TestAgent::start(&dir, "gate", GATE);
-    let kernel = KernelProc::start_supervised(&dir, SERVER, &body(&agent));
-    let upstream = Upstream::start().await;
-    let envoy = start_envoy(
-        &dir,
-        &kernel.socket,
-        upstream.addr.port(),
-        &EnvoyOpts::deployed(&["gate"]),
+/// The supervised process is still the one started, and its ext_proc
+/// socket the one it bound (`before`: its inode at the start).
+fn check_same_parent_and_socket(s: &mut Stack, r: &mut Report, before: Option<(u64, i64, i64)>) {
+    r.check(
+        "same_parent_and_socket",
+        matches!(s.kernel.proc.child.try_wait(), Ok(None)) && socket_inode(&s.kernel.socket) == before,
+        "the supervised pid or the socket changed",
     );
-    let base = format!("http://127.0.0.1:{}", envoy.port);
-    let client = client();
-    warm(&client, &base).await;
-    Stack {
-        _tmp: tmp,
-        _agent: agent,
-        kernel,
-        _upstream: upstream,
-        envoy,
-        base,
-        client,
-    }
+}
+
+/// The gate agent, the kernel under `policy-kernel supervise` and the
+/// suite's Envoy, serving.
+async fn supervised_stack() -> Stack {
+    let s = suite(&["gate"])
+        .test_agent_with("gate", GATE, GATE_HEALTH)
+        .server(SERVER)
+        .supervised()
+        .config(GATE_ROUTE)
+        .start()
+        .await;
+    warm(&s, "/gate/warm").await;
+    s
 }
 
 // ======================================================================
@@ -247,7 +192,7 @@ async fn upgrades_under_load_fail_no_request() {
         last.is_some_and(|c| !first.contains(&c)),
         format!("children of {parent}: {:?}", children(parent)),
     );
-    s.check_same_parent_and_socket(&mut r, socket_before);
+    check_same_parent_and_socket(&mut s, &mut r, socket_before);
     r.finish();
 }
 
@@ -338,7 +283,7 @@ async fn generation_sigkill_under_load() {
         failed_per_kill.iter().all(|&n| n <= bound),
         format!("{failed_per_kill:?}, bound {bound}"),
     );
-    s.check_same_parent_and_socket(&mut r, socket_before);
+    check_same_parent_and_socket(&mut s, &mut r, socket_before);
     r.finish();
 }
 
@@ -396,34 +341,26 @@ async fn two_kernels(phase: Phase) {
             }
         ),
     );
-    let tmp = workdir();
-    let dir = tmp.path();
     // Calls take 50 ms (gate) or 100 ms (the response policy), so that
     // streams are in flight on the killed kernel at the kill instant.
-    let (script, route) = match phase {
+    let (script, response_chain) = match phase {
         Phase::Request => (
             GATE.replace("  - name: gate\n", "  - name: gate\n    delay_ms: 50\n"),
-            body_of as fn(&TestAgent) -> String,
+            "",
         ),
-        Phase::Response => (format!("{GATE}{SLOW_RESPONSE}"), body_with_response_policy as _),
+        Phase::Response => (
+            format!("{GATE}{SLOW_RESPONSE}"),
+            "      response_policy_chain: [{policy: slowresp, on_failure: continue}]\n",
+        ),
     };
-    let agent = TestAgent::start(dir, "gate", &script);
-    let (dir_a, dir_b) = (dir.join("a"), dir.join("b"));
-    std::fs::create_dir_all(&dir_a).expect("dir a");
-    std::fs::create_dir_all(&dir_b).expect("dir b");
-    let mut a = KernelProc::start_with(&dir_a, "", &route(&agent));
-    let b = KernelProc::start_with(&dir_b, "", &route(&agent));
-    let upstream = Upstream::start().await;
-    let envoy = start_envoy_two_kernels(
-        dir,
-        &a.socket,
-        &b.socket,
-        upstream.addr.port(),
-        &EnvoyOpts::deployed(&["gate"]),
-    );
-    let base = format!("http://127.0.0.1:{}", envoy.port);
-    let client = client();
-    warm(&client, &base).await;
+    let mut s = suite(&["gate"])
+        .test_agent_with("gate", &script, GATE_HEALTH)
+        .config(&format!("{GATE_ROUTE}{response_chain}"))
+        .two_kernels()
+        .start()
+        .await;
+    warm(&s, "/gate/warm").await;
+    let (client, base) = (s.client.clone(), s.base.clone());
     // Requests a kernel ran a chain for (its `policy_kernel_requests_total`).
     let streams = |k: &KernelProc| -> f64 {
         k.admin_get("/metrics")
@@ -439,24 +376,24 @@ async fn two_kernels(phase: Phase) {
         tokio::spawn(async move { open_loop(&client, &base, rate, total, t0, gate_request).await })
     };
     tokio::time::sleep_until((t0 + kill_at).into()).await;
-    let a_before = streams(&a);
-    let in_flight_at_kill = a.metric("policy_kernel_active_streams");
-    a.proc.kill();
+    let a_before = streams(&s.kernel);
+    let in_flight_at_kill = s.kernel.metric("policy_kernel_active_streams");
+    s.kernel.proc.kill();
     let killed = t0.elapsed();
     let answers = load.await.expect("load");
 
     r.fig("kernel_a_requests_before_kill", a_before);
     r.fig("kernel_a_streams_in_flight_just_before_the_kill", in_flight_at_kill);
-    r.fig("kernel_b_requests", streams(&b));
+    r.fig("kernel_b_requests", streams(s.kernel_b.as_ref().expect("kernel b")));
     r.fig("answers_by_cause", causes_text(&by_cause(&answers)));
     let failed: Vec<&Answer> = answers.iter().filter(|x| !right(x)).collect();
     r.fig("failed", failed.len());
-    r.fig("failed_details", failures(&envoy, &answers));
+    r.fig("failed_details", failures(&s.envoy, &answers));
     let in_flight = failed.iter().filter(|x| x.sent < killed).count();
     let after = failed.iter().filter(|x| x.sent >= killed).count();
     r.fig("failed_sent_before_the_kill", in_flight);
     r.fig("failed_sent_after_the_kill", after);
-    r.fig("retries", envoy.stat("cluster.policy_kernel.upstream_rq_retry"));
+    r.fig("retries", s.envoy.stat("cluster.policy_kernel.upstream_rq_retry"));
     // A request fails for want of a kernel when Envoy answers it itself
     // (ext_proc error) or not at all; the kernel's own failure answers
     // (`agent_unavailable_response`, `policy_failure_response`) come from

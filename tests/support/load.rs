@@ -1,21 +1,25 @@
 //! Load generation and measurement for the reliability suite
-//! (`tests/reliability.rs`): an Envoy configured like `deploy/envoy.yaml`
-//! (message timeout, buffer limit), open- and closed-loop HTTP load with
-//! every answer classified by its cause, percentiles, process samples
-//! (RSS, open fds) read from `/proc`, kernel restarts, and the per-test
-//! figures report. Traffic goes to loopback only. The kernel under
-//! supervisord and the `/proc` samples are in [`super::procs`], re-exported
-//! here.
+//! (`tests/reliability.rs`): open- and closed-loop HTTP load with every
+//! answer classified by its cause, Envoy's access log by request, percentiles
+//! and the per-test figures report. Traffic goes to loopback only. Re-exported
+//! here: the suite's Envoy options (configured like `deploy/envoy.yaml`,
+//! [`super::envoy`]), kernel restarts ([`super::kernel`]), the kernel under
+//! supervisord and the `/proc` samples ([`super::procs`]).
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[allow(unused_imports)]
+pub use super::agents::agent_yaml;
+#[allow(unused_imports)]
+pub use super::envoy::{deployed_message_timeout_ms, envoy_alive, EnvoyOpts, ENVOY_BUFFER_LIMIT};
+#[allow(unused_imports)]
+pub use super::kernel::restart_kernel;
+#[allow(unused_imports)]
 pub use super::procs::*;
-use super::{Envoy, KernelProc, Proc};
+use super::Envoy;
 
 // ---------------------------------------------------------------- scale
 
@@ -40,134 +44,7 @@ pub async fn exclusive() -> tokio::sync::MutexGuard<'static, ()> {
     LOCK.lock().await
 }
 
-// ---------------------------------------------------------------- Envoy
-
-/// Envoy's `message_timeout` in `deploy/envoy.yaml`, in ms: the suite's Envoy
-/// uses the deployed value, so that what it shows holds for the deployment.
-pub fn deployed_message_timeout_ms() -> u64 {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/envoy.yaml");
-    let text = std::fs::read_to_string(&path).expect("read deploy/envoy.yaml");
-    let value = text
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("message_timeout:"))
-        .expect("deploy/envoy.yaml sets message_timeout")
-        .trim()
-        .trim_end_matches('s')
-        .to_string();
-    let secs: f64 = value.parse().expect("message_timeout in seconds");
-    (secs * 1000.0).round() as u64
-}
-
-/// Envoy's default per-connection buffer limit (1 MiB). `deploy/envoy.yaml`
-/// leaves it at the default; the suite's Envoy sets it explicitly to the same
-/// value, so that bodies above it are refused with 413 in buffered mode.
-pub const ENVOY_BUFFER_LIMIT: usize = 1024 * 1024;
-
-/// How the suite's Envoy differs from the harness' one.
-#[derive(Debug, Clone)]
-pub struct EnvoyOpts {
-    /// Route names; `/NAME...` goes to route `NAME`, anything else to `unlisted`.
-    pub routes: Vec<String>,
-    /// ext_proc `message_timeout`, ms.
-    pub message_timeout_ms: u64,
-    /// Listener `per_connection_buffer_limit_bytes`.
-    pub buffer_limit: usize,
-    /// Routes with `request_body_mode: BUFFERED` set statically (per-route
-    /// ext_proc override) instead of switched on by the kernel.
-    pub buffered_routes: Vec<String>,
-}
-
-impl EnvoyOpts {
-    /// The deployed message timeout and buffer limit, with these routes.
-    pub fn deployed(routes: &[&str]) -> Self {
-        Self {
-            routes: routes.iter().map(|r| r.to_string()).collect(),
-            message_timeout_ms: deployed_message_timeout_ms(),
-            buffer_limit: ENVOY_BUFFER_LIMIT,
-            buffered_routes: Vec::new(),
-        }
-    }
-}
-
-pub fn envoy_config(kernel_socket: &Path, upstream: u16, o: &EnvoyOpts) -> String {
-    let routes: String = o
-        .routes
-        .iter()
-        .map(|r| {
-            let mut s = format!("              - name: {r}\n                match: {{prefix: \"/{r}\"}}\n                route: {{cluster: upstream, timeout: 30s}}\n");
-            if o.buffered_routes.contains(r) {
-                s.push_str("                typed_per_filter_config:\n                  envoy.filters.http.ext_proc:\n                    \"@type\": type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExtProcPerRoute\n                    overrides:\n                      processing_mode: {request_header_mode: SEND, response_header_mode: SKIP, request_body_mode: BUFFERED, response_body_mode: NONE, request_trailer_mode: SKIP, response_trailer_mode: SKIP}\n");
-            }
-            s
-        })
-        .collect();
-    format!(
-        r#"admin:
-  address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}
-static_resources:
-  listeners:
-  - name: main
-    address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}
-    per_connection_buffer_limit_bytes: {limit}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: ingress
-          access_log:
-          - name: envoy.access_loggers.stdout
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StdoutAccessLog
-              log_format:
-                text_format_source:
-                  inline_string: "ACCESS %REQ(X-CHAOS-ID)% %RESPONSE_CODE% %RESPONSE_CODE_DETAILS% %DURATION% %ROUTE_NAME%\n"
-          route_config:
-            name: local
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              routes:
-{routes}              - name: unlisted
-                match: {{prefix: "/"}}
-                route: {{cluster: upstream, timeout: 30s}}
-{filters}  clusters:
-  - name: policy_kernel
-    type: STATIC
-    connect_timeout: 1s
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: {{http2_protocol_options: {{max_outbound_control_frames: 100000}}}}
-    circuit_breakers:
-      thresholds: [{{max_requests: 100000, max_pending_requests: 100000, max_connections: 100000}}]
-    load_assignment:
-      cluster_name: policy_kernel
-      endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{pipe: {{path: {sock}}}}}}}}}]}}]
-  - name: upstream
-    type: STATIC
-    connect_timeout: 1s
-    circuit_breakers:
-      thresholds: [{{max_requests: 100000, max_pending_requests: 100000, max_connections: 100000}}]
-    load_assignment:
-      cluster_name: upstream
-      endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {upstream}}}}}}}}}]}}]
-"#,
-        limit = o.buffer_limit,
-        sock = kernel_socket.display(),
-        filters = super::envoy::ext_proc_filters(&format!("{}s", o.message_timeout_ms as f64 / 1000.0))
-    )
-}
-
-/// Starts an Envoy in `dir` in front of the kernel socket and the upstream.
-pub fn start_envoy(dir: &Path, kernel_socket: &Path, upstream: u16, opts: &EnvoyOpts) -> Envoy {
-    Envoy::launch(dir, &envoy_config(kernel_socket, upstream, opts), &["-l", "warning"])
-}
-
-/// Whether Envoy's process is still the one started and answers `/ready`.
-pub fn envoy_alive(envoy: &mut Envoy) -> bool {
-    matches!(envoy.proc.child.try_wait(), Ok(None)) && super::http_get(envoy.admin, "/ready").1.contains("LIVE")
-}
+// ---------------------------------------------------------------- Envoy's access log
 
 /// One line of the suite's Envoy access log.
 #[derive(Debug, Clone)]
@@ -210,68 +87,6 @@ pub fn access_log_with(envoy: &Envoy, ids: &[u64], timeout: Duration) -> HashMap
             return log;
         }
         std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-// ---------------------------------------------------------------- kernel
-
-/// An agent entry for a kernel config (`extra`: more 6-space indented lines).
-pub fn agent_yaml(name: &str, socket: &Path, health_ms: u64, extra: &str) -> String {
-    format!(
-        "    - name: {name}\n      socket_path: {}\n      health_check_interval_ms: {health_ms}\n{extra}",
-        socket.display()
-    )
-}
-
-/// Starts the kernel binary again on the same configuration (as supervisord
-/// would after a crash), appending to its log; returns once its socket
-/// accepts, with the time that took.
-pub fn restart_kernel(k: &mut KernelProc) -> Duration {
-    let started = Instant::now();
-    let out = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&k.log)
-        .expect("kernel log");
-    let err = out.try_clone().expect("kernel log");
-    let child = Command::new(env!("CARGO_BIN_EXE_policy-kernel"))
-        .arg(format!("--config={}", k.config.display()))
-        .stdout(out)
-        .stderr(err)
-        .spawn()
-        .expect("spawn kernel");
-    k.proc = Proc {
-        child,
-        name: "kernel".into(),
-    };
-    let deadline = started + Duration::from_secs(20);
-    while std::os::unix::net::UnixStream::connect(&k.socket).is_err() {
-        if let Ok(Some(status)) = k.proc.child.try_wait() {
-            panic!("kernel exited at restart ({status}):\n{}", k.log());
-        }
-        assert!(Instant::now() < deadline, "kernel did not restart:\n{}", k.log());
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    started.elapsed()
-}
-
-impl KernelProc {
-    /// Moves the kernel out (e.g. into a thread that kills and restarts
-    /// it), leaving an inert stand-in with the same paths and port.
-    pub fn take(&mut self) -> KernelProc {
-        let stand_in = KernelProc {
-            proc: Proc::spawn(
-                "stand-in",
-                Command::new("true").arg(""),
-                &self.log.with_extension("stand-in"),
-            ),
-            socket: self.socket.clone(),
-            config: self.config.clone(),
-            log: self.log.clone(),
-            metrics_port: self.metrics_port,
-            server: self.server.clone(),
-        };
-        std::mem::replace(self, stand_in)
     }
 }
 

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use super::stack::{Stack, StackBuilder};
 use super::KernelProc;
 
 /// The write token (its hash is in the tokens file).
@@ -32,6 +33,15 @@ pub fn section(dir: &Path, extra: &str) -> String {
         tokens.display(),
         dir.join("state.json").display()
     )
+}
+
+/// Starts `b` with `config` then the `management:` section (no extra
+/// lines) in its kernel config; the stack and its management API.
+pub async fn start(b: StackBuilder, config: &str) -> (Stack, Api) {
+    let management = section(b.dir(), "");
+    let s = b.config(&format!("{config}{management}")).start().await;
+    let api = Api::of(&s.kernel);
+    (s, api)
 }
 
 /// A client of one kernel's management API.

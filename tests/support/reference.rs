@@ -1,82 +1,61 @@
-//! The setup the end-to-end tests of the reference agents repeat: a
-//! reference agent binary started on `<dir>/<name>.sock` (its kernel config
-//! entry ready), the wait until the kernel finds every agent healthy, and the
-//! kernel and Envoy logs for a failure message.
+//! What the end-to-end tests of the reference agents share: HS256 JWTs for
+//! `auth-agent`, `contextBudget`'s verdict on an answer, and the audit
+//! journal's own check.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::Duration;
+use std::path::Path;
+use std::process::{Command, Output};
 
-use super::{agent_bin, until, wait_socket, Envoy, KernelProc, Proc};
+use super::{agent_bin, Got};
 
-/// A reference agent process, killed (by pid) when dropped.
-pub struct RefAgent {
-    /// The name in the kernel config.
-    pub name: String,
-    pub socket: PathBuf,
-    pub proc: Proc,
-}
-
-impl RefAgent {
-    /// Starts `bin --socket=<dir>/<name>.sock ARGS` (log `<dir>/<name>.log`)
-    /// and waits until it listens.
-    pub fn start(dir: &Path, name: &str, bin: &str, args: &[&str]) -> Self {
-        let socket = dir.join(format!("{name}.sock"));
-        let mut cmd = Command::new(agent_bin(bin));
-        cmd.arg(format!("--socket={}", socket.display())).args(args);
-        let proc = Proc::spawn(bin, &mut cmd, &dir.join(format!("{name}.log")));
-        wait_socket(&socket, Duration::from_secs(20));
-        RefAgent {
-            name: name.to_string(),
-            socket,
-            proc,
+/// Base64url without padding.
+fn b64(data: &[u8]) -> String {
+    const T: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::new();
+    for chunk in data.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | (u32::from(*b) << (16 - 8 * i)));
+        for i in 0..=chunk.len() {
+            out.push(T[((n >> (18 - 6 * i)) & 63) as usize] as char);
         }
-    }
-
-    /// Its entry under `agents:` (health checked every 100 ms).
-    pub fn entry(&self) -> String {
-        format!(
-            "    - name: {}\n      socket_path: {}\n      health_check_interval_ms: 100\n",
-            self.name,
-            self.socket.display()
-        )
-    }
-}
-
-/// The `agents:` section for `agents`.
-pub fn agents_section(agents: &[&RefAgent]) -> String {
-    let mut out = String::from("  agents:\n");
-    for a in agents {
-        out += &a.entry();
     }
     out
 }
 
-/// Waits until the kernel has discovered `count` agents, all healthy.
-pub async fn until_agents_healthy(kernel: &KernelProc, count: usize) {
-    until("agents healthy", Duration::from_secs(20), || async {
-        let (_, cfg) = kernel.admin_get("/config");
-        serde_json::from_str::<serde_json::Value>(&cfg)
-            .ok()
-            .and_then(|c| {
-                c["agents"]
-                    .as_array()
-                    .map(|a| a.len() == count && a.iter().all(|x| x["healthy"] == true))
-            })
-            .unwrap_or(false)
-    })
-    .await;
+/// Seconds since the epoch.
+pub fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
 }
 
-/// The kernel's and Envoy's logs, for a failure message.
-pub fn logs(kernel: &KernelProc, envoy: &Envoy) -> String {
-    format!("--- kernel ---\n{}\n--- envoy ---\n{}", kernel.log(), envoy.log())
+/// An HS256 JWT with `claims`, signed with `secret` by `python3`'s hmac, to
+/// stay independent of the agent's JWT library.
+pub fn jwt(secret: &str, claims: &serde_json::Value) -> String {
+    let head = b64(br#"{"alg":"HS256","typ":"JWT"}"#);
+    let signing = format!("{head}.{}", b64(claims.to_string().as_bytes()));
+    let out = Command::new("python3")
+        .args(["-c", "import hmac,hashlib,base64,sys; print(base64.urlsafe_b64encode(hmac.new(sys.argv[1].encode(), sys.argv[2].encode(), hashlib.sha256).digest()).rstrip(b'=').decode())", secret, &signing])
+        .output()
+        .expect("python3");
+    format!("{signing}.{}", String::from_utf8_lossy(&out.stdout).trim())
+}
+
+/// `guardrail-agent verify-audit JOURNAL`: its exit status and output.
+pub fn verify_audit(journal: &Path) -> Output {
+    Command::new(agent_bin("guardrail-agent"))
+        .arg("verify-audit")
+        .arg(journal)
+        .output()
+        .expect("guardrail-agent verify-audit")
 }
 
 /// `contextBudget`'s verdict on one answer: its `x-context-budget` header
 /// on a 200, `"429"` on the hard limit (whose reason it checks); any other
 /// status fails the test with `diag`.
-pub fn budget_verdict(got: &super::Got, diag: impl FnOnce() -> String) -> String {
+pub fn budget_verdict(got: &Got, diag: impl FnOnce() -> String) -> String {
     match got.status {
         200 => got.header("x-context-budget").unwrap_or("-").to_string(),
         429 => {

@@ -9,7 +9,7 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::StreamBody;
@@ -29,6 +29,73 @@ pub struct Script {
     pub pause: Duration,
     /// Wait for a release before each piece after the first.
     pub gated: bool,
+}
+
+impl Script {
+    /// One JSON body, at once.
+    pub fn json(body: &[u8]) -> Self {
+        Self {
+            content_type: "application/json",
+            pieces: vec![body.to_vec()],
+            pause: Duration::ZERO,
+            gated: false,
+        }
+    }
+
+    /// An event stream of `pieces`, `pause_ms` apart.
+    pub fn events<S: AsRef<[u8]>>(pieces: &[S], pause_ms: u64) -> Self {
+        Self {
+            content_type: "text/event-stream",
+            pieces: pieces.iter().map(|p| p.as_ref().to_vec()).collect(),
+            pause: Duration::from_millis(pause_ms),
+            gated: false,
+        }
+    }
+
+    /// `pieces` of `content_type`, `pause_ms` apart.
+    pub fn raw(content_type: &'static str, pieces: Vec<Vec<u8>>, pause_ms: u64) -> Self {
+        Self {
+            content_type,
+            pieces,
+            pause: Duration::from_millis(pause_ms),
+            gated: false,
+        }
+    }
+
+    /// Each piece after the first waits for a release.
+    pub fn gated(mut self) -> Self {
+        self.gated = true;
+        self
+    }
+}
+
+/// One OpenAI-style chunk event carrying `content`.
+pub fn openai_chunk(content: &str) -> String {
+    let doc = serde_json::json!({"id": "c1", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": content}, "finish_reason": null}]});
+    format!("data: {doc}\n\n")
+}
+
+/// The first piece of a body, within 10 s (`what` names the wait).
+pub async fn first_chunk(r: &mut reqwest::Response, what: &str) -> Bytes {
+    tokio::time::timeout(Duration::from_secs(10), r.chunk())
+        .await
+        .expect(what)
+        .unwrap()
+        .unwrap()
+}
+
+/// Reads the whole body, within 20 s.
+pub async fn read_all(mut r: reqwest::Response) -> String {
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while let Some(c) = tokio::time::timeout_at(deadline.into(), r.chunk())
+        .await
+        .expect("the stream ends, it does not hang")
+        .expect("body")
+    {
+        out.extend_from_slice(&c);
+    }
+    String::from_utf8(out).expect("utf-8")
 }
 
 struct Shared {

@@ -1,13 +1,11 @@
 //! Helpers of the upgrade and restart tests (`tests/upgrade.rs`): the
-//! generations of a kernel run by `policy-kernel supervise`, the `upgrade`
-//! command, and an Envoy in front of two kernels.
+//! generations of a kernel run by `policy-kernel supervise` and the
+//! `upgrade` command. (Two kernels behind one Envoy:
+//! [`super::stack::StackBuilder::two_kernels`].)
 
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
-
-use super::load::{envoy_config, EnvoyOpts};
-use super::Envoy;
 
 /// The generation header the upgrade tests configure
 /// (`server.generations.header`), kept on each answer (`load::hit`).
@@ -63,46 +61,5 @@ pub fn single_generation(pid: u32, timeout: Duration) -> Option<u32> {
     }
 }
 
-/// Envoy configured like the suite's (`load::start_envoy`), with the
-/// `policy_kernel` cluster made of two kernels (`a`, `b`), and gRPC retries
-/// of the ext_proc stream: `retry_on` conditions, `attempts` retries.
-pub fn start_envoy_two_kernels(dir: &Path, a: &Path, b: &Path, upstream: u16, opts: &EnvoyOpts) -> Envoy {
-    let one = envoy_config(a, upstream, opts);
-    let single = format!(
-        "endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{pipe: {{path: {}}}}}}}}}]}}]",
-        a.display()
-    );
-    let two = format!(
-        "endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{pipe: {{path: {}}}}}}}}}, {{endpoint: {{address: {{pipe: {{path: {}}}}}}}}}]}}]",
-        a.display(),
-        b.display()
-    );
-    assert!(one.contains(&single), "the suite's Envoy config changed: {one}");
-    let grpc = "                envoy_grpc: {cluster_name: policy_kernel}\n";
-    assert!(one.contains(grpc), "the suite's Envoy config changed: {one}");
-    let cluster = "  - name: policy_kernel\n    type: STATIC\n    connect_timeout: 1s\n";
-    let limits = "thresholds: [{max_requests: 100000, max_pending_requests: 100000, max_connections: 100000}]";
-    assert!(
-        one.contains(cluster) && one.contains(limits),
-        "the suite's Envoy config changed: {one}"
-    );
-    let config = one
-        .replacen(cluster, &format!("{cluster}{TWO_KERNEL_OUTLIER}"), 1)
-        // Envoy allows 3 retries in flight per cluster by default.
-        .replacen(limits, &limits.replace("}]", ", max_retries: 100000}]"), 1)
-        .replace(&single, &two)
-        .replace(
-        grpc,
-        &format!("{grpc}                retry_policy:\n                  retry_on: \"{TWO_KERNEL_RETRY_ON}\"\n                  num_retries: 2\n                  retry_back_off: {{base_interval: 0.01s, max_interval: 0.05s}}\n                  retry_host_predicate: [{{name: envoy.retry_host_predicates.previous_hosts, typed_config: {{\"@type\": type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate}}}}]\n                  host_selection_retry_max_attempts: 3\n"),
-    );
-    Envoy::launch(dir, &config, &["-l", "warning"])
-}
-
-/// Outlier detection of the two-kernel cluster: a kernel that refuses two
-/// connections in a row (dead) is ejected at once, for 10 s and longer each
-/// time, so new streams stop trying it.
-pub const TWO_KERNEL_OUTLIER: &str = "    outlier_detection: {consecutive_local_origin_failure: 2, split_external_local_origin_errors: true, base_ejection_time: 10s, max_ejection_percent: 50}\n";
-
-/// The conditions on which Envoy retries the ext_proc stream in the
-/// two-kernel setup (README, "Two kernels behind Envoy").
-pub const TWO_KERNEL_RETRY_ON: &str = "connect-failure,refused-stream,unavailable,reset";
+#[allow(unused_imports)]
+pub use super::envoy::{TWO_KERNEL_OUTLIER, TWO_KERNEL_RETRY_ON};

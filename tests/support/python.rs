@@ -1,0 +1,81 @@
+//! Python from the project's `.venv` (`make test` installs what the tests
+//! need there): the Python example agent (`agents/examples/python`) and the
+//! MCP server of the MCP tests (`tests/mcp/server.py`, the official SDK).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use super::agents::AgentCmd;
+use super::{root, Proc};
+
+/// The venv's Python (fails the test, saying how to make it, when missing).
+pub fn python() -> PathBuf {
+    let p = root().join(".venv/bin/python");
+    assert!(
+        p.exists(),
+        "{} missing: run `make test` (installs tests/requirements.txt, with `mcp`, into .venv)",
+        p.display()
+    );
+    p
+}
+
+/// The venv's Python, with grpcio and grpcio-tools (the example agent's).
+pub fn grpc_python() -> PathBuf {
+    let python = root().join(".venv/bin/python");
+    let has_grpc = Command::new(&python)
+        .args(["-c", "import grpc, grpc_tools"])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(has_grpc, "grpcio and grpcio-tools missing from .venv: run `make test`, which installs agents/examples/python/requirements.txt there");
+    python
+}
+
+/// The Python example agent serving on `socket`.
+pub fn example_agent(socket: &Path) -> AgentCmd {
+    AgentCmd {
+        program: grpc_python(),
+        args: vec![
+            root().join("agents/examples/python/agent.py").display().to_string(),
+            "--socket".into(),
+            socket.display().to_string(),
+        ],
+        env: Vec::new(),
+    }
+}
+
+/// The MCP server (`tests/mcp/server.py`, event-stream replies) on a port
+/// it picks, killed when dropped.
+pub struct McpServer {
+    pub proc: Proc,
+    pub port: u16,
+}
+
+impl McpServer {
+    /// Starts it in `dir` (log `mcp-server.log`) and waits for its port.
+    pub fn start(dir: &Path) -> Self {
+        let port_file = dir.join("mcp.port");
+        let log = dir.join("mcp-server.log");
+        let mut cmd = Command::new(python());
+        cmd.arg(root().join("tests/mcp/server.py"))
+            .arg("--port-file")
+            .arg(&port_file);
+        let proc = Proc::spawn("mcp-server", &mut cmd, &log);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let port: u16 = loop {
+            if let Some(p) = std::fs::read_to_string(&port_file)
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+            {
+                break p;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "MCP server did not start:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        Self { proc, port }
+    }
+}
