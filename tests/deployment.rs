@@ -76,7 +76,7 @@ fn deploy_envoy_routes_match_the_kernel_config() {
 }
 
 /// The shipped Envoy config keeps the two cluster settings the kernel needs
-/// under load (README, "Scaling"): Envoy's defaults (1,024 requests, 1,000
+/// under load (docs/operating.md, "Scaling"): Envoy's defaults (1,024 requests, 1,000
 /// queued control frames) fail requests before the kernel sheds them.
 #[test]
 fn deploy_envoy_kernel_cluster_is_sized_for_load() {
