@@ -28,10 +28,10 @@ $(ENVOY_STAMP):
 
 SUPERVISOR_STAMP := $(VENV)/.supervisor
 RUN            := $(CURDIR)/run
-# `make run` builds with Cargo.toml's `run` profile (quicker to build than
+# `make run` builds with Cargo.toml's `quick-release` profile (quicker to build than
 # `release`, at no measured cost: see Cargo.toml); RUN_PROFILE=release runs
 # the tuned binaries of `make release` instead.
-RUN_PROFILE   ?= run
+RUN_PROFILE   ?= quick-release
 export PE_BIN        := $(CURDIR)/target/$(RUN_PROFILE)
 export PE_RUN        := $(RUN)
 export PE_CONFIG     := $(CURDIR)/config/kernel-config.yaml
