@@ -86,6 +86,27 @@ pub fn split_plan(chain: &Chain, plan: &Plan) -> Option<(Plan, Plan)> {
     (!body.is_empty()).then_some((head, body))
 }
 
+/// True when a policy of the streaming groups `body` streams only event
+/// streams on its planned agent (`streams_event_streams_only`): a response
+/// of another content type is then buffered for the whole chain.
+pub fn events_only(chain: &Chain, body: &Plan) -> bool {
+    body.iter().any(|g| {
+        g.policies
+            .clone()
+            .filter_map(|i| chain.policies.get(i))
+            .any(|p| p.event_stream_agents.contains(&g.agent))
+    })
+}
+
+/// True when `response` is an event stream (`text/event-stream`).
+pub fn is_event_stream(response: &ResponseCtx) -> bool {
+    response
+        .headers
+        .iter()
+        .find(|(k, _)| k == "content-type")
+        .is_some_and(|(_, v)| sse::is_event_stream(v))
+}
+
 /// The answer to `response_headers` of a streamed response: `resp` without
 /// the upstream's `content-length`, which pieces the policies change would
 /// contradict (Envoy then frames the body itself).
@@ -133,6 +154,9 @@ pub struct Streamer {
     /// The request and response headers, encoded once for every call.
     context: Bytes,
     counts: metrics::Counts,
+    /// The whole response plan, when a response that is not an event
+    /// stream must be buffered instead ([`events_only`]).
+    fallback: Option<Plan>,
 }
 
 impl Streamer {
@@ -148,7 +172,24 @@ impl Streamer {
             passthrough: false,
             context: Bytes::new(),
             counts: metrics::Counts::default(),
+            fallback: None,
         }
+    }
+
+    /// A response that is not an event stream runs `full` (the whole
+    /// response plan) on its buffered body instead of streaming.
+    pub fn buffer_others(mut self, full: Plan) -> Self {
+        self.fallback = Some(full);
+        self
+    }
+
+    /// The whole plan to buffer `response` with, when it is not an event
+    /// stream and a policy streams only event streams.
+    pub fn fallback_for(&mut self, response: &ResponseCtx) -> Option<Plan> {
+        if is_event_stream(response) {
+            return None;
+        }
+        self.fallback.take()
     }
 
     /// The plan of the streaming groups.
@@ -159,11 +200,7 @@ impl Streamer {
     /// Starts the body: the request as sent upstream and the response headers
     /// as the client gets them; the framing follows the content type.
     pub fn start(&mut self, route: &str, request: &RequestCtx, response: &ResponseCtx) {
-        let sse = response
-            .headers
-            .iter()
-            .find(|(k, _)| k == "content-type")
-            .is_some_and(|(_, v)| sse::is_event_stream(v));
+        let sse = is_event_stream(response);
         self.framer = sse.then(Framer::default);
         self.context = wire::chunk_context(request, response);
         self.counts = metrics::Counts::new(route);
