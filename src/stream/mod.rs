@@ -21,7 +21,12 @@
 //! - replies can pass, replace or drop events, set metadata or end the
 //!   stream. Headers are gone by then, so an SSE stream ends with a final
 //!   `event: error` and everything after it is dropped; a raw body is cut
-//!   with an immediate response, which makes Envoy reset the stream;
+//!   with an immediate response, which makes Envoy reset the stream. The
+//!   groups after the one that ended it get one last call with
+//!   `end_of_stream` (an `auditLog` there still writes its line);
+//! - a policy may stream event streams only (`streams_event_streams_only`):
+//!   a response of another content type is then buffered for the whole
+//!   chain at its headers ([`Streamer::fallback_for`], a `mode_override`);
 //! - each piece has its own deadline (`server.phase_timeout_ms`); a failed
 //!   call follows `on_failure` / `fail_open`: `deny` ends the stream as
 //!   above, `continue` passes the piece unchanged, `skip_remaining` passes
@@ -328,9 +333,14 @@ impl Streamer {
         }
     }
 
-    /// Calls the streaming groups in order on `events`.
+    /// Calls the streaming groups in order on `events`. When a group ends
+    /// the stream, the groups after it get one last call (`end_of_stream`,
+    /// with the events the client gets), so that an audit policy still
+    /// writes its line; what they return beyond metadata and state is not
+    /// used.
     async fn run(&mut self, cx: &mut StreamCtx<'_>, mut events: Vec<Bytes>, end_of_stream: bool) -> RunOutcome {
         let mut out = RunOutcome::default();
+        let mut closing = false;
         let deadline = Instant::now() + cx.snap.phase_timeout;
         let chain = &cx.route.response;
         let framing = self.framing();
@@ -349,7 +359,7 @@ impl Streamer {
                     sequence: self.seq,
                     framing: framing as i32,
                     events: &events,
-                    end_of_stream,
+                    end_of_stream: end_of_stream || closing,
                     states: self.states.get(n).map_or(&[], Vec::as_slice),
                     meta: cx.meta,
                 },
@@ -365,6 +375,7 @@ impl Streamer {
             }
             let reply = match result {
                 Ok(r) => r,
+                Err(_) if closing => continue,
                 Err(error) => {
                     let action = match entries.first().and_then(|p| p.on_failure) {
                         Some(f) => f,
@@ -388,7 +399,8 @@ impl Streamer {
                             ));
                             out.replaced = true;
                             events = Vec::new();
-                            break;
+                            closing = true;
+                            continue;
                         }
                     }
                 }
@@ -404,13 +416,16 @@ impl Streamer {
             if let Some(s) = self.states.get_mut(n) {
                 *s = states;
             }
+            if closing {
+                continue;
+            }
             if let Some(new) = replace {
                 events = new;
                 out.replaced = true;
             }
             if end.is_some() {
                 out.end = end;
-                break;
+                closing = true;
             }
         }
         out.events = events;

@@ -17,8 +17,10 @@ pub mod chaos;
 pub mod envoy;
 pub mod extproc;
 pub mod h2raw;
+pub mod jwt;
 pub mod load;
 pub mod management;
+pub mod mcp_ts;
 pub mod procs;
 /// The agents' redis-server helper, shared (one file for both packages).
 #[path = "../../agents/tests/common/redis_server.rs"]

@@ -13,7 +13,8 @@
 //!   dropped; a server request is dropped, the client's pending request
 //!   (`mcp.request_id`) is answered with the JSON-RPC error, and the stream
 //!   ends (reason `prompt_injection_detected`): the server's request is left
-//!   unanswered, as `mcpServerRequestGuard` does;
+//!   unanswered, as `mcpServerRequestGuard` does; on a session's GET stream
+//!   (no pending call) the request is dropped and the stream goes on;
 //! * other events (completion chunks, text) are scored over the text of
 //!   the stream so far (its last [`WINDOW`] bytes, in the call state), so an
 //!   injection split across chunks is still seen; `block` ends the stream
@@ -129,11 +130,14 @@ pub(super) fn on_chunk(params: &GuardParams, ctx: &ChunkContext<'_>) -> Result<C
         };
         match events::server_request(&doc) {
             Some((method, _)) => {
-                tracing::warn!(request_id = %ctx.call.request_id, method, score, "prompt injection in a server request: refused, the stream ends");
-                if let Some(id) = events::pending_id(ctx.metadata) {
-                    let err = indirect::jsonrpc_error(&id, params.jsonrpc_error_code, &categories, score);
-                    out.push(sse::event("message", &err.to_string()));
-                }
+                tracing::warn!(request_id = %ctx.call.request_id, method, score, "prompt injection in a server request: refused");
+                let Some(id) = events::pending_id(ctx.metadata) else {
+                    // A GET stream: drop the request, keep the stream.
+                    changed = true;
+                    continue;
+                };
+                let err = indirect::jsonrpc_error(&id, params.jsonrpc_error_code, &categories, score);
+                out.push(sse::event("message", &err.to_string()));
                 let end = ChunkOutcome::end_stream(
                     "prompt_injection_detected",
                     format!("the server's {method} request carried a prompt injection"),

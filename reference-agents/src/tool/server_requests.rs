@@ -10,15 +10,22 @@
 //!
 //! A **refused** server request cannot be answered on the client's behalf:
 //! ext_proc cannot make a new request to the server. So the policy keeps
-//! the client from waiting for nothing: the request's event is dropped; on
-//! a POST's stream, the client's own pending request (its id recorded by
-//! the request phase in `mcp.request_id`) is answered with a JSON-RPC error
-//! (`jsonrpc_error_code`, default -32001, `data`: `method`, `rule`,
-//! `field`); then the stream ends (the kernel's SSE `error` event, reason
-//! `mcp_server_request_refused`, counted in
-//! `policy_kernel_stream_terminations_total` and logged). Nothing after it
-//! reaches the client. The server's request is left unanswered: it times
-//! out on the server, whose reply to the call no one reads any more.
+//! the client from waiting for nothing. The request's event is dropped;
+//! then:
+//! * on a POST's stream (the request belongs to a call), the client's own
+//!   pending request (its id recorded by the request phase in
+//!   `mcp.request_id`) is answered with a JSON-RPC error
+//!   (`jsonrpc_error_code`, default -32001, `data`: `method`, `rule`,
+//!   `field`), and the stream ends (the kernel's SSE `error` event, reason
+//!   `mcp_server_request_refused`, counted in
+//!   `policy_kernel_stream_terminations_total` and logged). Nothing after it
+//!   reaches the client; the server's request is left unanswered and times
+//!   out on the server, whose reply to the call no one reads any more;
+//! * on a session's GET stream (no call to answer), only the event is
+//!   dropped and the stream goes on, so that the session's later
+//!   notifications (`tools/list_changed`) still arrive; the refusal is in
+//!   the metadata, the journal and the agent's log (a warning per refusal).
+//!   Ending that stream would leave the client with a silent, open stream.
 //!
 //! **Request phase**: records `mcp.request_id` for a single request, and,
 //! with `check_client_responses: true`, refuses (403, reason
@@ -290,6 +297,7 @@ impl Policy for McpServerRequestGuard {
             .map(|s| session_key(ctx.request.path(), s));
         let mut last: Option<(String, Verdict)> = None;
         let mut out: Vec<Bytes> = Vec::with_capacity(ctx.events.len());
+        let mut dropped = false;
         for ev in ctx.events {
             let EventMessage::Message(v) = events::read(ev) else {
                 out.push(ev.clone());
@@ -317,12 +325,16 @@ impl Policy for McpServerRequestGuard {
             }
             if let Some((method, verdict)) = refused {
                 tracing::warn!(policy = NAME, request_id = %ctx.call.request_id, method = %method, rule = %verdict.rule,
-                    "server request refused: the stream ends");
+                    "server request refused");
                 let data = json!({"method": method, "rule": verdict.rule, "field": verdict.detail});
                 let message = format!("the server's {method} request was refused by policy");
-                if let Some(id) = events::pending_id(ctx.metadata) {
-                    out.push(events::refusal_event(&id, cfg.code, &message, &data));
-                }
+                let Some(id) = events::pending_id(ctx.metadata) else {
+                    // A GET stream: drop the event, keep the stream.
+                    dropped = true;
+                    last = Some((method, verdict));
+                    continue;
+                };
+                out.push(events::refusal_event(&id, cfg.code, &message, &data));
                 let end = ChunkOutcome::end_stream(REFUSED, message).replace(out);
                 let state = serde_json::to_vec(&st).map_err(|e| PolicyError::new(format!("{NAME}: {e}")))?;
                 return Ok(st.outcome(end, Some((&method, &verdict))).state(state));
@@ -330,8 +342,13 @@ impl Policy for McpServerRequestGuard {
             out.push(ev.clone());
         }
         let state = serde_json::to_vec(&st).map_err(|e| PolicyError::new(format!("{NAME}: {e}")))?;
+        let pass = if dropped {
+            ChunkOutcome::pass().replace(out)
+        } else {
+            ChunkOutcome::pass()
+        };
         Ok(st
-            .outcome(ChunkOutcome::pass(), last.as_ref().map(|(m, v)| (m.as_str(), v)))
+            .outcome(pass, last.as_ref().map(|(m, v)| (m.as_str(), v)))
             .state(state))
     }
 }

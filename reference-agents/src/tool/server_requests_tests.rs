@@ -77,22 +77,25 @@ async fn a_refused_request_answers_the_pending_call_and_ends_the_stream() {
     assert_eq!(md["mcp.server_decision"], "deny");
     assert_eq!(md["mcp.server_requests_refused"], "1");
     // A secret field in a form: refused too; on a GET stream (no pending
-    // call) the stream just ends.
+    // call) the event is dropped and the stream goes on.
     let get = TestCall::new().params(&[("rules", RULES)]);
+    let list_changed = event(json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}));
     let out = get
         .chunk(
             &guard,
             &TestRequest::new("GET", "/mcp"),
             &sse_response(),
-            &[elicit(1, "password")],
+            &[elicit(1, "password"), list_changed.clone()],
             0,
             false,
             b"",
         )
         .await
         .unwrap();
-    assert_eq!(out.replacement().map(<[Bytes]>::len), Some(0));
-    assert_eq!(out.ending().map(|e| e.0.as_str()), Some(REFUSED));
+    assert_eq!(out.replacement(), Some(&[list_changed][..]));
+    assert!(out.ending().is_none());
+    let md: std::collections::HashMap<_, _> = out.metadata_set().iter().cloned().collect();
+    assert_eq!(md["mcp.server_rule"], "secret_field");
 }
 
 #[tokio::test]
