@@ -10,7 +10,8 @@
 //   add_tool                      registers a tool: the SDK sends
 //                                 notifications/tools/list_changed on the
 //                                 session's GET stream
-// Usage: node server.mjs --port-file FILE   (listens on 127.0.0.1, port 0)
+// Usage: node server.mjs [--port N] [--port-file FILE]   (127.0.0.1; port 0
+// by default: the port it got is written to FILE)
 import { randomUUID } from "node:crypto";
 import { writeFileSync } from "node:fs";
 import http from "node:http";
@@ -108,14 +109,15 @@ async function handle(req, res) {
   await transport.handleRequest(req, res);
 }
 
-const portFile = process.argv[process.argv.indexOf("--port-file") + 1];
+const arg = (name) => (process.argv.includes(name) ? process.argv[process.argv.indexOf(name) + 1] : undefined);
+const portFile = arg("--port-file");
 const srv = http.createServer((req, res) => {
   handle(req, res).catch((e) => {
     log({ event: "error", error: String(e) });
     if (!res.headersSent) res.writeHead(500).end();
   });
 });
-srv.listen(0, "127.0.0.1", () => {
-  writeFileSync(portFile, String(srv.address().port));
+srv.listen(Number(arg("--port") ?? 0), "127.0.0.1", () => {
+  if (portFile) writeFileSync(portFile, String(srv.address().port));
   log({ event: "listening", port: srv.address().port });
 });
