@@ -288,6 +288,9 @@ async fn mcp_is_governed_in_both_directions_through_envoy() {
             log.contains("\"mcp.rule\":\"unsolicited_response\""),
             journal.contains("\"mcp.server_decision\":\"deny\""),
             journal.contains("\"mcp.server_requests\":\"elicitation/create:allow:forms\""),
+            // Ended by promptInjectionGuard, journaled by the auditLog after
+            // it on the same agent.
+            journal.contains("\"mcp.server_rule\":\"prompt_injection\""),
         ];
         if found.iter().all(|f| *f) {
             break;
