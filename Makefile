@@ -4,6 +4,8 @@
 VENV          := .venv
 ENVOY_VERSION := 1.40.0
 ENVOY_STAMP   := $(VENV)/.envoy-$(ENVOY_VERSION)
+# The npm packages of the TypeScript MCP tests and demo (tests/mcp/ts).
+NODE_STAMP    := tests/mcp/ts/node_modules/.installed
 
 .PHONY: setup test lint build build-run bench run stop observe release check-deploy fuzz chaos soak need-run need-test need-observe stop-stack eval-guard
 
@@ -11,8 +13,8 @@ ENVOY_STAMP   := $(VENV)/.envoy-$(ENVOY_VERSION)
 # installs the missing ones with apt-get (as root, or with passwordless sudo)
 # or stops with one line naming them and the command to install them.
 NEED_SETUP  := python3-venv:python3-venv
-NEED_RUN    := curl:curl
-NEED_TEST   := redis-server:redis-server promtool:prometheus prometheus:prometheus curl:curl setpriv:util-linux
+NEED_RUN    := curl:curl node:nodejs npm:npm
+NEED_TEST   := redis-server:redis-server promtool:prometheus prometheus:prometheus curl:curl setpriv:util-linux node:nodejs npm:npm
 NEED_OBSERVE := prometheus:prometheus curl:curl
 NEED_DEPLOY := docker-compose:docker-compose
 NEED_BENCH  := h2load:nghttp2-client taskset:util-linux
@@ -40,10 +42,10 @@ export PE_ENVOY      := $(RUN)/bin/envoy
 export PE_PYTHON     := python3
 export DEMO_JWT_SECRET ?= demo-secret-change-me
 
-## run: build, install Envoy, supervisor and the tests' Python packages (the MCP
-## SDK) if missing, start agents + kernel + Envoy + demo upstream + demo MCP
-## server under supervisord, and show a few requests.
-run: need-run setup $(SUPERVISOR_STAMP) $(VENV)/.test-requirements build-run stop-stack
+## run: build, install Envoy, supervisor and the tests' Python and npm packages
+## (the MCP SDKs) if missing, start agents + kernel + Envoy + demo upstream +
+## demo MCP servers under supervisord, and show a few requests.
+run: need-run setup $(SUPERVISOR_STAMP) $(VENV)/.test-requirements $(NODE_STAMP) build-run stop-stack
 	mkdir -p $(RUN)/sockets $(RUN)/logs $(RUN)/audit $(RUN)/bin
 	ln -sf "$$(ls -d $(CURDIR)/$(VENV)/lib/python3*/site-packages/envoy/_bin/envoy | head -n1)" $(RUN)/bin/envoy
 	cp deploy/demo-api-keys.txt $(RUN)/api-keys.txt
@@ -105,7 +107,7 @@ lint:
 	cargo clippy --workspace --all-targets -- -D warnings
 
 ## test: every test: unit, integration, and end-to-end through a real Envoy.
-test: need-test setup $(VENV)/.test-requirements
+test: need-test setup $(VENV)/.test-requirements $(NODE_STAMP)
 	cargo test --workspace
 
 need-test:
@@ -115,6 +117,14 @@ need-test:
 # again whenever that file changes.
 $(VENV)/.test-requirements: tests/requirements.txt agents/examples/python/requirements.txt $(ENVOY_STAMP)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r tests/requirements.txt
+	touch $@
+
+# The npm packages of the TypeScript MCP tests (tests/mcp/ts: the official
+# MCP SDK as server and client), into tests/mcp/ts/node_modules, exactly as
+# package-lock.json pins them; again whenever it changes.
+$(NODE_STAMP): tests/mcp/ts/package.json tests/mcp/ts/package-lock.json
+	@bash scripts/need.sh test node:nodejs npm:npm
+	cd tests/mcp/ts && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
 ## bench: the whole performance harness (criterion + load scenarios); prints the table.

@@ -35,8 +35,9 @@
 #   --no-criterion skip the micro-benchmarks
 #   --no-direct    skip the direct pk-loadgen scenarios
 #   --no-envoy     skip the end-to-end scenarios (and benches/hop.sh, one
-#                  agent hop as a new user meets it, and benches/stream.sh, the
-#                  streamed responses through Envoy)
+#                  agent hop as a new user meets it, benches/stream.sh, the
+#                  streamed responses through Envoy, and benches/mcp_progress.sh,
+#                  MCP progress notifications through the governed route)
 #   --no-instructions skip the instruction counts (benches/instructions.sh:
 #                  F, K0, K1, K3, A1 under valgrind callgrind, which run.sh installs
 #                  when missing; about two minutes)
@@ -463,6 +464,9 @@ fi
 if [ "$ENVOY_E2E" = 1 ] && [ "$SMOKE" = 0 ] && [ -n "$(venv_envoy)" ]; then
   log "streamed responses through Envoy (benches/stream.sh)"
   RUN="$RUN" bash "$ROOT/benches/stream.sh" "$BIN" >"$RUN/stream.out" 2>&1 || log "benches/stream.sh failed: see $RUN/stream.out"
+  # Optional: skips itself when node or tests/mcp/ts/node_modules is missing.
+  log "MCP progress through the governed route (benches/mcp_progress.sh)"
+  RUN="$RUN" bash "$ROOT/benches/mcp_progress.sh" "$BIN" >"$RUN/mcp_progress.out" 2>&1 || log "benches/mcp_progress.sh failed: see $RUN/mcp_progress.out"
 fi
 
 # ---------------------------------------------------------------- one agent hop

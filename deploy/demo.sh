@@ -141,6 +141,24 @@ mcp "MCP SSRF URL (cloud metadata address): blocked by toolArgumentGuard" reader
 mcp "MCP arguments against the tool's schema: -32602" reader \
   '"code": -32602' '[["list"], ["call", "search", {"q": "x", "count": "many"}]]'
 
+# mcp_ts NAME ROLE GREP_PATTERN STEPS_JSON: one MCP client session on the
+# official TypeScript SDK (tests/mcp/ts/client.mjs, protocol 2025-11-25; it
+# answers elicitations with the name "Ada") through Envoy's /mcp-bidi route.
+mcp_ts() {
+  local name=$1 role=$2 pattern=$3 steps=$4 out
+  printf '\n# %s\n$ node tests/mcp/ts/client.mjs %s/mcp-bidi <JWT role %s> %q\n' "$name" "$ENVOY" "$role" "$steps"
+  out=$(node tests/mcp/ts/client.mjs "$ENVOY/mcp-bidi" "{\"authorization\": \"Bearer $(token "$role")\"}" "$steps" 2>&1)
+  printf '%s\n' "$(printf '%s' "$out" | head -c 400)"
+  if ! printf '%s' "$out" | grep -qE -- "$pattern"; then
+    echo "   UNEXPECTED: wanted /$pattern/"
+    fail=1
+  fi
+}
+mcp_ts "MCP elicitation mid tool call (a form asking a name): streamed to the client and answered" reader \
+  'accept.*Ada' '[{"op":"call","name":"ask","args":{"kind":"form"}}]'
+mcp_ts "MCP elicitation asking for a password: refused by mcpServerRequestGuard, the call fails at once" reader \
+  'refused by policy' '[{"op":"call","name":"ask","args":{"kind":"secret"}}]'
+
 # An agent runtime's model route (planner-agent): the request declares the
 # tools; the demo model plans a read_file call on the path the user names.
 AGENT=$ENVOY/agent/v1/chat/completions

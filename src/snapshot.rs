@@ -66,6 +66,9 @@ pub struct CompiledPolicy {
     /// The candidates on which it can take a response body piece by piece
     /// (`streams_response_body`; response chains only).
     pub stream_agents: Vec<usize>,
+    /// The stream agents on which it streams only event streams
+    /// (`streams_event_streams_only`): other bodies are buffered for it.
+    pub event_stream_agents: Vec<usize>,
 }
 
 /// A compiled chain.
@@ -237,6 +240,7 @@ fn compile_chain(
             let mut candidates = Vec::new();
             let mut body_agents = Vec::new();
             let mut stream_agents = Vec::new();
+            let mut event_stream_agents = Vec::new();
             let mut reasons = Vec::new();
             for (i, a) in agents.iter().enumerate() {
                 let Some(info) = a.policy(&e.policy) else { continue };
@@ -263,6 +267,9 @@ fn compile_chain(
                     body_agents.push(i);
                     if info.streams_response_body && phase == Phase::Response {
                         stream_agents.push(i);
+                        if info.streams_event_streams_only {
+                            event_stream_agents.push(i);
+                        }
                         may_stream = true;
                     }
                 }
@@ -293,6 +300,7 @@ fn compile_chain(
                 problem,
                 body_agents,
                 stream_agents,
+                event_stream_agents,
             }
         })
         .collect();

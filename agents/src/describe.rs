@@ -8,7 +8,9 @@
 /// `required` ([`Policy::required_params`](crate::Policy::required_params)),
 /// `phases` (a [`Phases`](crate::Phases) variant), `body`
 /// ([`Policy::requires_body`](crate::Policy::requires_body)) and `streams`
-/// ([`Policy::streams_response_body`](crate::Policy::streams_response_body)).
+/// ([`Policy::streams_response_body`](crate::Policy::streams_response_body)),
+/// `events_only`
+/// ([`Policy::streams_event_streams_only`](crate::Policy::streams_event_streams_only)).
 /// What is left out keeps the trait's default.
 ///
 /// ```
@@ -40,6 +42,7 @@ macro_rules! describe {
         $(, phases: $phases:ident)?
         $(, body: $body:expr)?
         $(, streams: $streams:expr)?
+        $(, events_only: $events_only:expr)?
         $(,)?
     ) => {
         fn name(&self) -> &str {
@@ -62,6 +65,9 @@ macro_rules! describe {
         })?
         $(fn streams_response_body(&self) -> bool {
             $streams
+        })?
+        $(fn streams_event_streams_only(&self) -> bool {
+            $events_only
         })?
     };
 }

@@ -126,6 +126,15 @@ pub trait Policy: Send + Sync + 'static {
         false
     }
 
+    /// True when the policy streams only event streams: for a response
+    /// that is not `text/event-stream`, the kernel buffers the body and
+    /// calls [`Policy::on_response`] with it, as if the chain did not
+    /// stream (a JSON reply can then still get a new status or headers).
+    /// Meaningful with [`Policy::streams_response_body`].
+    fn streams_event_streams_only(&self) -> bool {
+        false
+    }
+
     /// The streaming hook: one call per piece of a streamed response body
     /// (complete SSE events, or raw chunks), in order, the last with
     /// `end_of_stream`. Runs only when [`Policy::streams_response_body`].
@@ -200,6 +209,7 @@ impl<P: Policy> DynPolicy for P {
             supported_phases: self.phases().to_proto() as i32,
             requires_body: self.requires_body(),
             streams_response_body: self.streams_response_body(),
+            streams_event_streams_only: self.streams_event_streams_only(),
             required_params: self.required_params().iter().map(|s| s.to_string()).collect(),
         }
     }

@@ -152,6 +152,10 @@ pub(crate) async fn execute_chunk(
     };
     let mut messages = Vec::new();
     let mut end = None;
+    // Once a policy ended the stream, the policies after it get the
+    // stream's last call (an audit policy writes its line); only their
+    // metadata and state are kept.
+    let mut closing = false;
     for (i, policy) in call.policies.into_iter().enumerate() {
         let params = Params::new(policy.params);
         let state = call.policy_state.get(i).cloned().unwrap_or_default();
@@ -165,7 +169,7 @@ pub(crate) async fn execute_chunk(
                     sequence: call.sequence,
                     framing,
                     events: &events,
-                    end_of_stream: call.end_of_stream,
+                    end_of_stream: call.end_of_stream || closing,
                     state: &state,
                 };
                 p.run_chunk(&params, &ctx).await
@@ -179,6 +183,9 @@ pub(crate) async fn execute_chunk(
                 tracing::warn!(policy = %policy.name, request_id = %reply.request_id, error = %err, on_failure = ?mode, "policy failed on a streamed body");
                 messages.push(format!("{} failed: {err}", policy.name));
                 reply.policy_state.push(state);
+                if closing {
+                    continue;
+                }
                 match mode {
                     OnFailure::Continue => continue,
                     OnFailure::SkipRemaining => break,
@@ -186,7 +193,8 @@ pub(crate) async fn execute_chunk(
                         events.clear();
                         changed = true;
                         end = Some(("policy_failed".to_string(), format!("{} failed", policy.name)));
-                        break;
+                        closing = true;
+                        continue;
                     }
                 }
             }
@@ -201,13 +209,16 @@ pub(crate) async fn execute_chunk(
                 .instructions
                 .push(proto::ChunkInstruction { instruction: Some(i) });
         }
+        if closing {
+            continue;
+        }
         if let Some(new) = outcome.events {
             events = new;
             changed = true;
         }
         if outcome.end.is_some() {
             end = outcome.end;
-            break;
+            closing = true;
         }
     }
     if changed {

@@ -27,6 +27,7 @@ use crate::outcome::{RequestOutcome, ResponseOutcome};
 use crate::params::{FromParams, Params};
 use crate::policy::{Policy, PolicyError};
 use crate::proto;
+use crate::stream::{ChunkContext, ChunkOutcome, Framing};
 
 fn push_header(headers: &mut Option<proto::HttpHeaders>, name: &str, value: &str) {
     headers
@@ -206,5 +207,36 @@ impl TestCall {
             call: &info,
         };
         policy.on_response(&params, &ctx).await
+    }
+
+    /// Parses the params and runs the policy's streaming hook on one call of
+    /// a streamed SSE response: `events` (complete events), the call's
+    /// `sequence`, `end_of_stream`, and the `state` the policy returned on
+    /// the previous call (empty on the first).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn chunk<P: Policy>(
+        &self,
+        policy: &P,
+        request: &TestRequest,
+        response: &TestResponse,
+        events: &[Bytes],
+        sequence: u64,
+        end_of_stream: bool,
+        state: &[u8],
+    ) -> Result<ChunkOutcome, PolicyError> {
+        let params = P::Params::from_params(&self.params)?;
+        let info = self.info(Phase::Response);
+        let ctx = ChunkContext {
+            request: RequestView::new(&request.data),
+            response: ResponseView::new(&response.data),
+            metadata: &self.metadata,
+            call: &info,
+            sequence,
+            framing: Framing::SseEvent,
+            events,
+            end_of_stream,
+            state,
+        };
+        policy.on_response_chunk(&params, &ctx).await
     }
 }

@@ -176,3 +176,28 @@ fn planner_agent_refuses_to_start_without_its_redis() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--redis-url"), "{stderr}");
 }
+
+/// The server requests an MCP session awaits an answer to
+/// (`mcpServerRequestGuard`): shared by two stores, answered once, the same
+/// in memory.
+async fn asked(a: &SessionStore, b: &SessionStore) -> Vec<bool> {
+    a.remember_request("mcp s1", "4", TTL).await.unwrap();
+    a.remember_request("mcp s1", "\"x\"", TTL).await.unwrap();
+    vec![
+        b.take_request("mcp s2", "4", TTL).await.unwrap(),
+        b.take_request("mcp s1", "4", TTL).await.unwrap(),
+        a.take_request("mcp s1", "4", TTL).await.unwrap(),
+        a.take_request("mcp s1", "\"x\"", TTL).await.unwrap(),
+        b.take_request("mcp s1", "5", TTL).await.unwrap(),
+    ]
+}
+
+#[tokio::test]
+async fn server_requests_are_answered_once_across_agents() {
+    let redis = Redis::start();
+    let (a, b) = (store(&redis).await, store(&redis).await);
+    let shared = asked(&a, &b).await;
+    assert_eq!(shared, [false, true, false, true, false]);
+    let memory = SessionStore::memory();
+    assert_eq!(asked(&memory, &memory.clone()).await, shared, "same answers in memory");
+}

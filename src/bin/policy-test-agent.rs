@@ -23,6 +23,7 @@
 //!     response:
 //!       - set_status: 418
 //!     streams: false                  # streams_response_body (with requires_body)
+//!     events_only: false              # streams_event_streams_only (with streams)
 //!     chunk:                          # streamed pieces (ExecutePolicyResponseChunk)
 //!       delay_ms: 0
 //!       upper: false                  # SSE: upper-case each event's data
@@ -104,6 +105,8 @@ struct ScriptPolicy {
     response: Vec<Step>,
     #[serde(default)]
     streams: bool,
+    #[serde(default)]
+    events_only: bool,
     #[serde(default)]
     chunk: ChunkScript,
 }
@@ -636,6 +639,7 @@ impl PolicyAgent for Agent {
                     supported_phases: phase(&p.phases) as i32,
                     requires_body: p.requires_body,
                     streams_response_body: p.streams,
+                    streams_event_streams_only: p.events_only,
                     required_params: p.required.clone(),
                 })
                 .collect(),

@@ -317,9 +317,14 @@ impl Session {
             .then(|| stream::split_plan(&route.response, &response_plan))
             .flatten()
             .map(|(head, body)| {
-                response_plan = head;
+                let full = std::mem::replace(&mut response_plan, head);
                 response_body = false;
-                Box::new(Streamer::new(body))
+                let streamer = Streamer::new(body);
+                Box::new(if stream::events_only(&route.response, streamer.plan()) {
+                    streamer.buffer_others(full)
+                } else {
+                    streamer
+                })
             });
         let buffer_request = want_request_body && !end_of_stream;
         let mut body_mode = body_limit::request_body_mode(None);
@@ -493,6 +498,21 @@ impl Active {
         }
         let end_of_stream = h.end_of_stream;
         let mut response = response_ctx(h);
+        let mut streamer = streamer;
+        if let Some(full) = streamer.fallback_for(&response) {
+            // Not an event stream, and a policy streams only those: the
+            // whole chain runs on the buffered body, as without streaming.
+            self.response_plan = full;
+            self.response_body = true;
+            if end_of_stream {
+                response.body = Some(Bytes::new());
+                return self.run_response(response, Answer::ResponseHeaders).await;
+            }
+            self.response = Some(response);
+            let mut resp = translate::respond(Answer::ResponseHeaders, None);
+            resp.mode_override = Some(translate::mode_override(false, true, true));
+            return resp;
+        }
         let resp = if self.response_plan.is_empty() {
             translate::respond(Answer::ResponseHeaders, None)
         } else {
@@ -501,7 +521,6 @@ impl Active {
         if translate::is_immediate(&resp) {
             return resp;
         }
-        let mut streamer = streamer;
         streamer.start(&self.route.name, &self.request, &response);
         if end_of_stream {
             // No body will come: the streaming policies still get their

@@ -21,7 +21,12 @@
 //! - replies can pass, replace or drop events, set metadata or end the
 //!   stream. Headers are gone by then, so an SSE stream ends with a final
 //!   `event: error` and everything after it is dropped; a raw body is cut
-//!   with an immediate response, which makes Envoy reset the stream;
+//!   with an immediate response, which makes Envoy reset the stream. The
+//!   groups after the one that ended it get one last call with
+//!   `end_of_stream` (an `auditLog` there still writes its line);
+//! - a policy may stream event streams only (`streams_event_streams_only`):
+//!   a response of another content type is then buffered for the whole
+//!   chain at its headers ([`Streamer::fallback_for`], a `mode_override`);
 //! - each piece has its own deadline (`server.phase_timeout_ms`); a failed
 //!   call follows `on_failure` / `fail_open`: `deny` ends the stream as
 //!   above, `continue` passes the piece unchanged, `skip_remaining` passes
@@ -86,6 +91,27 @@ pub fn split_plan(chain: &Chain, plan: &Plan) -> Option<(Plan, Plan)> {
     (!body.is_empty()).then_some((head, body))
 }
 
+/// True when a policy of the streaming groups `body` streams only event
+/// streams on its planned agent (`streams_event_streams_only`): a response
+/// of another content type is then buffered for the whole chain.
+pub fn events_only(chain: &Chain, body: &Plan) -> bool {
+    body.iter().any(|g| {
+        g.policies
+            .clone()
+            .filter_map(|i| chain.policies.get(i))
+            .any(|p| p.event_stream_agents.contains(&g.agent))
+    })
+}
+
+/// True when `response` is an event stream (`text/event-stream`).
+pub fn is_event_stream(response: &ResponseCtx) -> bool {
+    response
+        .headers
+        .iter()
+        .find(|(k, _)| k == "content-type")
+        .is_some_and(|(_, v)| sse::is_event_stream(v))
+}
+
 /// The answer to `response_headers` of a streamed response: `resp` without
 /// the upstream's `content-length`, which pieces the policies change would
 /// contradict (Envoy then frames the body itself).
@@ -133,6 +159,9 @@ pub struct Streamer {
     /// The request and response headers, encoded once for every call.
     context: Bytes,
     counts: metrics::Counts,
+    /// The whole response plan, when a response that is not an event
+    /// stream must be buffered instead ([`events_only`]).
+    fallback: Option<Plan>,
 }
 
 impl Streamer {
@@ -148,7 +177,24 @@ impl Streamer {
             passthrough: false,
             context: Bytes::new(),
             counts: metrics::Counts::default(),
+            fallback: None,
         }
+    }
+
+    /// A response that is not an event stream runs `full` (the whole
+    /// response plan) on its buffered body instead of streaming.
+    pub fn buffer_others(mut self, full: Plan) -> Self {
+        self.fallback = Some(full);
+        self
+    }
+
+    /// The whole plan to buffer `response` with, when it is not an event
+    /// stream and a policy streams only event streams.
+    pub fn fallback_for(&mut self, response: &ResponseCtx) -> Option<Plan> {
+        if is_event_stream(response) {
+            return None;
+        }
+        self.fallback.take()
     }
 
     /// The plan of the streaming groups.
@@ -159,11 +205,7 @@ impl Streamer {
     /// Starts the body: the request as sent upstream and the response headers
     /// as the client gets them; the framing follows the content type.
     pub fn start(&mut self, route: &str, request: &RequestCtx, response: &ResponseCtx) {
-        let sse = response
-            .headers
-            .iter()
-            .find(|(k, _)| k == "content-type")
-            .is_some_and(|(_, v)| sse::is_event_stream(v));
+        let sse = is_event_stream(response);
         self.framer = sse.then(Framer::default);
         self.context = wire::chunk_context(request, response);
         self.counts = metrics::Counts::new(route);
@@ -291,9 +333,14 @@ impl Streamer {
         }
     }
 
-    /// Calls the streaming groups in order on `events`.
+    /// Calls the streaming groups in order on `events`. When a group ends
+    /// the stream, the groups after it get one last call (`end_of_stream`,
+    /// with the events the client gets), so that an audit policy still
+    /// writes its line; what they return beyond metadata and state is not
+    /// used.
     async fn run(&mut self, cx: &mut StreamCtx<'_>, mut events: Vec<Bytes>, end_of_stream: bool) -> RunOutcome {
         let mut out = RunOutcome::default();
+        let mut closing = false;
         let deadline = Instant::now() + cx.snap.phase_timeout;
         let chain = &cx.route.response;
         let framing = self.framing();
@@ -312,7 +359,7 @@ impl Streamer {
                     sequence: self.seq,
                     framing: framing as i32,
                     events: &events,
-                    end_of_stream,
+                    end_of_stream: end_of_stream || closing,
                     states: self.states.get(n).map_or(&[], Vec::as_slice),
                     meta: cx.meta,
                 },
@@ -328,6 +375,7 @@ impl Streamer {
             }
             let reply = match result {
                 Ok(r) => r,
+                Err(_) if closing => continue,
                 Err(error) => {
                     let action = match entries.first().and_then(|p| p.on_failure) {
                         Some(f) => f,
@@ -351,7 +399,8 @@ impl Streamer {
                             ));
                             out.replaced = true;
                             events = Vec::new();
-                            break;
+                            closing = true;
+                            continue;
                         }
                     }
                 }
@@ -367,13 +416,16 @@ impl Streamer {
             if let Some(s) = self.states.get_mut(n) {
                 *s = states;
             }
+            if closing {
+                continue;
+            }
             if let Some(new) = replace {
                 events = new;
                 out.replaced = true;
             }
             if end.is_some() {
                 out.end = end;
-                break;
+                closing = true;
             }
         }
         out.events = events;

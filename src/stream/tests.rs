@@ -19,6 +19,7 @@ fn policy(name: &str, candidates: &[usize], body: &[usize], streams: &[usize]) -
         problem: None,
         body_agents: body.to_vec(),
         stream_agents: streams.to_vec(),
+        event_stream_agents: Vec::new(),
     }
 }
 
@@ -57,6 +58,29 @@ fn a_body_policy_that_cannot_stream_on_its_agent_keeps_the_response_buffered() {
     let c = chain(vec![policy("pii", &[0, 1], &[0, 1], &[0])]);
     assert!(split_plan(&c, &vec![group(0, 0..1)]).is_some());
     assert_eq!(split_plan(&c, &vec![group(1, 0..1)]), None);
+}
+
+#[test]
+fn an_events_only_policy_buffers_other_bodies() {
+    let mut sse_only = policy("filter", &[0, 1], &[0, 1], &[0, 1]);
+    sse_only.event_stream_agents = vec![1];
+    let c = chain(vec![policy("pii", &[0], &[0], &[0]), sse_only]);
+    let (_, body) = split_plan(&c, &vec![group(0, 0..2)]).unwrap();
+    assert!(!events_only(&c, &body), "agent 0 streams every body");
+    let (_, body) = split_plan(&c, &vec![group(0, 0..1), group(1, 1..2)]).unwrap();
+    assert!(events_only(&c, &body));
+    let full = vec![group(0, 0..1), group(1, 1..2)];
+    let mut s = Streamer::new(body).buffer_others(full.clone());
+    let sse = ResponseCtx {
+        headers: vec![("content-type".into(), "text/event-stream".into())],
+        ..Default::default()
+    };
+    assert_eq!(s.fallback_for(&sse), None);
+    let json = ResponseCtx {
+        headers: vec![("content-type".into(), "application/json".into())],
+        ..Default::default()
+    };
+    assert_eq!(s.fallback_for(&json), Some(full));
 }
 
 #[test]

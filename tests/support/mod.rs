@@ -14,9 +14,11 @@ pub mod envoy;
 pub mod extproc;
 pub mod h2raw;
 pub mod http;
+pub mod jwt;
 pub mod kernel;
 pub mod load;
 pub mod management;
+pub mod mcp_ts;
 pub mod procs;
 pub mod python;
 /// The agents' redis-server helper, shared (one file for both packages).

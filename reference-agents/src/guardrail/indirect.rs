@@ -75,6 +75,26 @@ fn jsonrpc_text(msg: &Value, out: &mut String) {
     }
 }
 
+/// The model-facing text of one streamed event's JSON: a JSON-RPC message
+/// (MCP: results, errors, the params of server requests such as sampling
+/// messages), a completion chunk, or any other JSON's strings; true when it
+/// was JSON-RPC.
+pub fn event_text(doc: &Value) -> (String, bool) {
+    let mut out = String::new();
+    let items: Vec<&Value> = match doc {
+        Value::Array(items) => items.iter().collect(),
+        one => vec![one],
+    };
+    if items.iter().all(|m| m.get("jsonrpc").is_some()) && !items.is_empty() {
+        items.iter().for_each(|m| jsonrpc_text(m, &mut out));
+        return (out, true);
+    }
+    if !completion_text(doc, &mut out) {
+        all_strings(doc, &mut out);
+    }
+    (out, false)
+}
+
 /// The model-facing text of a completion (or a streamed chunk of one).
 fn completion_text(doc: &Value, out: &mut String) -> bool {
     let Some(choices) = doc.get("choices").and_then(Value::as_array) else {

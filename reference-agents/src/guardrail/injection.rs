@@ -16,18 +16,24 @@
 //! metadata. `flag` sets `x-prompt-risk` on the response; `block` replaces a
 //! JSON-RPC (MCP) response with a JSON-RPC error (`jsonrpc_error_code`) for
 //! each of its ids, and answers any other response with `response_status`.
+//!
+//! It streams event streams (`text/event-stream`): each event is scored as
+//! it passes, so an MCP server's sampling request carrying an injection is
+//! stopped before the client's model reads it; see
+//! [`injection_stream`](super::injection_stream). Other replies are buffered
+//! and read whole, as above.
 
 use super::detector::{Detector, Family, Verdict, Weights};
 use super::indirect::{self, Kind};
 use crate::text;
 use policy_agents::{
-    describe, FromParams, ParamError, Params, Policy, PolicyError, RequestContext, RequestOutcome, ResponseContext,
-    ResponseOutcome,
+    describe, ChunkContext, ChunkOutcome, FromParams, ParamError, Params, Policy, PolicyError, RequestContext,
+    RequestOutcome, ResponseContext, ResponseOutcome,
 };
 
 /// What to do at or above the threshold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Action {
+pub(super) enum Action {
     Block,
     Flag,
 }
@@ -56,13 +62,13 @@ pub const PARAMS: [&str; 13] = [
 /// Parameters of `promptInjectionGuard`.
 #[derive(Debug, Clone)]
 pub struct GuardParams {
-    threshold: f64,
-    action: Action,
-    weights: Weights,
+    pub(super) threshold: f64,
+    pub(super) action: Action,
+    pub(super) weights: Weights,
     request: bool,
-    response: bool,
+    pub(super) response: bool,
     response_status: u16,
-    jsonrpc_error_code: i64,
+    pub(super) jsonrpc_error_code: i64,
 }
 
 impl FromParams for GuardParams {
@@ -121,7 +127,7 @@ impl FromParams for GuardParams {
 pub struct PromptInjectionGuard;
 
 /// `family:start-end,…` for metadata.
-fn spans(verdict: &Verdict) -> String {
+pub(super) fn spans(verdict: &Verdict) -> String {
     let mut out = Vec::new();
     for f in &verdict.families {
         for (s, e) in &f.spans {
@@ -139,7 +145,15 @@ fn round(x: f64) -> f64 {
 
 impl Policy for PromptInjectionGuard {
     type Params = GuardParams;
-    describe! { name: "promptInjectionGuard", params: &PARAMS, phases: Both, body: true }
+    describe! { name: "promptInjectionGuard", params: &PARAMS, phases: Both, body: true, streams: true, events_only: true }
+
+    async fn on_response_chunk(
+        &self,
+        params: &GuardParams,
+        ctx: &ChunkContext<'_>,
+    ) -> Result<ChunkOutcome, PolicyError> {
+        super::injection_stream::on_chunk(params, ctx)
+    }
 
     async fn on_response(
         &self,

@@ -20,6 +20,7 @@ mod detector;
 mod headers;
 mod indirect;
 mod injection;
+mod injection_stream;
 mod phone;
 mod pii;
 mod pii_json;

@@ -7,7 +7,9 @@
 //!   memory);
 //! * `policy-agents:planner:stagnant:{<hash>}`: the requests in a row with
 //!   no new result;
-//! * `policy-agents:planner:tokens:{<hash>}`: the session's tokens.
+//! * `policy-agents:planner:tokens:{<hash>}`: the session's tokens;
+//! * `policy-agents:planner:asked:{<hash>}`: a set of the ids of requests
+//!   an MCP server sent the client, not answered yet (at most [`MAX_SEEN`]).
 //!
 //! Every write sets the key's TTL to the session TTL, so an idle session
 //! disappears on its own. Each update is one Lua script, atomic on the
@@ -73,12 +75,23 @@ redis.call('SET', KEYS[1], string.format('%.0f', total), 'PX', ARGV[3])
 return {1, total}
 ";
 
+/// KEYS: asked set. ARGV: max members, TTL (ms), the id.
+const REMEMBER_LUA: &str = r"
+if redis.call('SISMEMBER', KEYS[1], ARGV[3]) == 0 and redis.call('SCARD', KEYS[1]) >= tonumber(ARGV[1]) then
+  redis.call('DEL', KEYS[1])
+end
+redis.call('SADD', KEYS[1], ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1
+";
+
 /// The Redis backend.
 pub struct RedisSessions {
     conn: ConnectionManager,
     record: Script,
     charge: Script,
     try_charge: Script,
+    remember: Script,
 }
 
 fn key(kind: &str, session: &str) -> String {
@@ -104,6 +117,7 @@ impl RedisSessions {
             record: Script::new(RECORD_LUA),
             charge: Script::new(CHARGE_LUA),
             try_charge: Script::new(TRY_CHARGE_LUA),
+            remember: Script::new(REMEMBER_LUA),
         })
     }
 
@@ -163,5 +177,27 @@ impl RedisSessions {
             done => done,
         }?;
         Ok(v.unwrap_or(0))
+    }
+
+    pub(super) async fn remember_request(
+        &self,
+        session: &str,
+        id: &str,
+        ttl: Duration,
+    ) -> Result<(), SessionStoreError> {
+        let mut call = self.remember.key(key("asked", session));
+        call.arg(MAX_SEEN).arg(ttl_ms(ttl)).arg(id);
+        let _: i64 = self.invoke(&call).await?;
+        Ok(())
+    }
+
+    pub(super) async fn take_request(&self, session: &str, id: &str) -> Result<bool, SessionStoreError> {
+        let mut conn = self.conn.clone();
+        let srem = redis::cmd("SREM").arg(key("asked", session)).arg(id).clone();
+        let n: i64 = match srem.query_async(&mut conn).await {
+            Err(e) if e.is_connection_refusal() => srem.query_async(&mut conn).await,
+            done => done,
+        }?;
+        Ok(n == 1)
     }
 }

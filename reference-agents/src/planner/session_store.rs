@@ -10,10 +10,14 @@
 //!   TTL (`PEXPIRE` on each write) and the set of result digests holds at most
 //!   [`MAX_SEEN`] members. Keys are SHA-256 hashes of the session name.
 //!
-//! The two kinds of state are those of the policies: the tool results a
+//! The kinds of state are those of the policies: the tool results a
 //! session has seen and its turns in a row with nothing new
-//! ([`SessionStore::record_results`]), and its cumulative tokens
-//! ([`SessionStore::charge`], [`SessionStore::used`]).
+//! ([`SessionStore::record_results`]), its cumulative tokens
+//! ([`SessionStore::charge`], [`SessionStore::used`]), and, for
+//! `mcpServerRequestGuard` (tool-agent), the ids of the requests an MCP
+//! server sent the client and the client has not answered yet
+//! ([`SessionStore::remember_request`], [`SessionStore::take_request`]; at
+//! most [`MAX_SEEN`] per session).
 //!
 //! A Redis failure is an error ([`SessionStoreError`]); the policies turn it
 //! into a failure of the call ([`SessionStoreError::policy_error`]), which
@@ -126,6 +130,7 @@ impl<V: Default> Sessions<V> {
 pub struct MemorySessions {
     seen: Sessions<Seen>,
     tokens: Sessions<u64>,
+    asked: Sessions<HashSet<String>>,
 }
 
 impl MemorySessions {
@@ -133,6 +138,24 @@ impl MemorySessions {
         MemorySessions {
             seen: Sessions::new(capacity),
             tokens: Sessions::new(capacity),
+            asked: Sessions::new(capacity),
+        }
+    }
+
+    pub(super) fn remember_request_at(&self, session: &str, id: &str, ttl: Duration, now: Instant) {
+        self.asked.update(session, ttl, now, |ids| {
+            if ids.len() >= MAX_SEEN && !ids.contains(id) {
+                ids.clear();
+            }
+            ids.insert(id.to_string());
+        })
+    }
+
+    pub(super) fn take_request_at(&self, session: &str, id: &str, ttl: Duration, now: Instant) -> bool {
+        let mut map = self.asked.map.lock().unwrap_or_else(|e| e.into_inner());
+        match map.get_mut(session) {
+            Some((ids, stamp)) if fresh(*stamp, ttl, now) => ids.remove(id),
+            _ => false,
         }
     }
 
@@ -286,6 +309,27 @@ impl SessionStore {
         match self {
             SessionStore::Memory(m) => Ok(m.used_at(session, ttl, Instant::now())),
             SessionStore::Redis(r) => r.used(session).await,
+        }
+    }
+
+    /// Remembers that the server asked the client request `id` (JSON text)
+    /// in `session`.
+    pub async fn remember_request(&self, session: &str, id: &str, ttl: Duration) -> Result<(), SessionStoreError> {
+        match self {
+            SessionStore::Memory(m) => {
+                m.remember_request_at(session, id, ttl, Instant::now());
+                Ok(())
+            }
+            SessionStore::Redis(r) => r.remember_request(session, id, ttl).await,
+        }
+    }
+
+    /// Forgets request `id` of `session`: true when the server had asked it
+    /// (and it was not answered yet, nor expired).
+    pub async fn take_request(&self, session: &str, id: &str, ttl: Duration) -> Result<bool, SessionStoreError> {
+        match self {
+            SessionStore::Memory(m) => Ok(m.take_request_at(session, id, ttl, Instant::now())),
+            SessionStore::Redis(r) => r.take_request(session, id).await,
         }
     }
 

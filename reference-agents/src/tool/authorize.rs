@@ -12,7 +12,10 @@
 //!   rule matching the method and the caller (rules with `tools` never match).
 //!
 //! No matching rule: denied (`default_deny`). Every decision sets metadata
-//! `mcp.method`, `mcp.tool`, `mcp.decision` and `mcp.rule`.
+//! `mcp.method`, `mcp.tool`, `mcp.decision` and `mcp.rule`; a single
+//! request also `mcp.request_id` (its id as JSON text), which the streaming
+//! response policies use to answer it when they refuse a server request on
+//! its stream.
 
 use super::deny::{self, config_error, Incoming, Refusal, Style};
 use crate::jsonrpc::{classify, Envelope, Kind, MethodClass, DENIED};
@@ -137,10 +140,13 @@ pub fn authorize(cfg: &AuthzConfig, caller: &Caller, env: &Envelope) -> RequestO
         .set_metadata("mcp.tool", super::metadata_text(&tool))
         .set_metadata("mcp.decision", decision)
         .set_metadata("mcp.rule", rule);
-    if env.batch {
-        out.set_metadata("mcp.batch_size", env.messages.len().to_string())
-    } else {
-        out
+    match env.messages.as_slice() {
+        _ if env.batch => out.set_metadata("mcp.batch_size", env.messages.len().to_string()),
+        [m] if m.kind == Kind::Request => match m.id.as_ref().and_then(super::events::id_text) {
+            Some(id) => out.set_metadata(super::events::PENDING_ID, id),
+            None => out,
+        },
+        _ => out,
     }
 }
 

@@ -9,15 +9,27 @@
 //! request phase left (`roles`, `scope`, `consumer`, `sub`). The JSON stays
 //! valid, the SSE framing is kept, other messages are untouched. Metadata:
 //! `mcp.tools_listed` (kept), `mcp.tools_hidden` (dropped).
+//!
+//! It streams event streams (`streams_response_body`, events only): an SSE
+//! reply (a POST's, or a session's GET stream) goes through one event at a
+//! time, so progress notifications, server requests (elicitation, sampling)
+//! and `notifications/tools/list_changed` reach the client as they are sent;
+//! a `tools/list` result is filtered in its own event and every other event
+//! passes at once, byte for byte. The counts run over the stream (in the
+//! kernel-carried call state). A JSON reply is buffered by the kernel and
+//! filtered whole, as without streaming.
 
 use serde_json::Value;
 
 use super::authorize::AuthzConfig;
 use super::deny::config_error;
+use super::events::{self, EventMessage};
 use super::reply::{self, Format};
 use crate::param_cache::ParamCache;
 use crate::rules::{strip_prefix, Caller};
-use policy_agents::{describe, Params, Policy, PolicyError, ResponseContext, ResponseOutcome};
+use policy_agents::{
+    describe, ChunkContext, ChunkOutcome, Framing, Params, Policy, PolicyError, ResponseContext, ResponseOutcome,
+};
 
 const NAME: &str = "mcpToolFilter";
 const KEYS: &[&str] = &["rules", "denial", "tool_prefix_separator"];
@@ -35,6 +47,13 @@ pub fn filter_message(cfg: &AuthzConfig, caller: &Caller, msg: &mut Value) -> (u
         })
     });
     (tools.len(), before - tools.len())
+}
+
+/// The counts carried between the calls of a stream: `kept hidden`.
+fn counts(state: &[u8]) -> (usize, usize) {
+    let text = std::str::from_utf8(state).unwrap_or_default();
+    let mut parts = text.split(' ').map(|n| n.parse().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
 }
 
 /// The `mcpToolFilter` policy.
@@ -60,7 +79,68 @@ impl McpToolFilter {
 
 impl Policy for McpToolFilter {
     type Params = Params;
-    describe! { name: NAME, params: KEYS, phases: Response, body: true }
+    describe! { name: NAME, params: KEYS, phases: Response, body: true, streams: true, events_only: true }
+
+    async fn on_response_chunk(&self, params: &Params, ctx: &ChunkContext<'_>) -> Result<ChunkOutcome, PolicyError> {
+        let cfg = self
+            .cache
+            .get(params, AuthzConfig::parse)
+            .map_err(|e| config_error(NAME, &e))?;
+        if ctx.framing == Framing::Raw {
+            return Err(PolicyError::new(format!(
+                "{NAME}: a streamed reply that is not an event stream cannot be filtered piece by piece (the kernel buffers it when it honours streams_event_streams_only)"
+            )));
+        }
+        if let Some(enc) = ctx
+            .response
+            .header("content-encoding")
+            .filter(|e| !e.eq_ignore_ascii_case("identity"))
+        {
+            return Err(PolicyError::new(format!("{NAME}: cannot filter a {enc}-encoded reply")));
+        }
+        let caller = Caller::from_metadata(ctx.metadata);
+        let (mut kept, mut hidden) = counts(ctx.state);
+        let mut lists = 0;
+        let mut changed = false;
+        let mut out = Vec::with_capacity(ctx.events.len());
+        for ev in ctx.events {
+            let EventMessage::Message(mut msg) = events::read(ev) else {
+                out.push(ev.clone());
+                continue;
+            };
+            let mut event_changed = false;
+            let items: Vec<&mut Value> = match &mut msg {
+                Value::Array(items) => items.iter_mut().collect(),
+                one => vec![one],
+            };
+            for m in items {
+                if m.pointer("/result/tools").is_some_and(Value::is_array) {
+                    lists += 1;
+                }
+                let (k, h) = filter_message(&cfg, &caller, m);
+                kept += k;
+                hidden += h;
+                event_changed |= h > 0;
+            }
+            if event_changed {
+                changed = true;
+                out.push(events::with_message(ev, &msg));
+            } else {
+                out.push(ev.clone());
+            }
+        }
+        let mut outcome = if changed {
+            ChunkOutcome::pass().replace(out)
+        } else {
+            ChunkOutcome::pass()
+        };
+        if lists > 0 {
+            outcome = outcome
+                .set_metadata("mcp.tools_listed", kept.to_string())
+                .set_metadata("mcp.tools_hidden", hidden.to_string());
+        }
+        Ok(outcome.state(format!("{kept} {hidden}")))
+    }
 
     async fn on_response(&self, params: &Params, ctx: &ResponseContext<'_>) -> Result<ResponseOutcome, PolicyError> {
         let cfg = self
@@ -73,6 +153,8 @@ impl Policy for McpToolFilter {
         let body = match ctx.response.body() {
             Some(b) if !b.is_empty() => b,
             Some(_) => return Ok(ResponseOutcome::proceed()),
+            // Streamed: the events come to `on_response_chunk`.
+            None if format == Format::Sse => return Ok(ResponseOutcome::proceed()),
             None => {
                 return Err(PolicyError::new(format!(
                     "{NAME}: the response body was not included (the policy requires it)"
@@ -188,6 +270,49 @@ mod tests {
         assert!(out.body_set().is_none() && out.metadata_value("mcp.tools_hidden").is_none());
         let out = run("reader", "text/html", "<html>", None).await;
         assert!(out.body_set().is_none());
+    }
+
+    #[tokio::test]
+    async fn streamed_events_are_filtered_one_by_one() {
+        use bytes::Bytes;
+        let progress = Bytes::from(
+            "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progress\":1}}\n\n",
+        );
+        let list = Bytes::from(format!("event: message\nid: 9\ndata: {}\n\n", list_reply()));
+        let call = TestCall::new().params(&[("rules", RULES)]).metadata("roles", "reader");
+        let req = TestRequest::new("POST", "/mcp");
+        let resp = TestResponse::new(200).header("content-type", "text/event-stream");
+        let filter = McpToolFilter::new();
+        // Progress alone: passes untouched, nothing recorded.
+        let out = call
+            .chunk(&filter, &req, &resp, std::slice::from_ref(&progress), 0, false, b"")
+            .await
+            .unwrap();
+        assert!(out.replacement().is_none() && out.metadata_set().is_empty());
+        // The list in its own event: filtered, framing kept, counted.
+        let out = call
+            .chunk(
+                &filter,
+                &req,
+                &resp,
+                &[progress.clone(), list],
+                1,
+                true,
+                out.next_state(),
+            )
+            .await
+            .unwrap();
+        let events = out.replacement().expect("replaced");
+        assert_eq!(events[0], progress, "other events pass byte for byte");
+        let text = std::str::from_utf8(&events[1]).unwrap();
+        assert!(text.starts_with("event: message\nid: 9\ndata: "), "{text}");
+        let v: Value = serde_json::from_str(policy_agents::stream::sse::data(&events[1]).unwrap().as_ref()).unwrap();
+        assert_eq!(names(&v), vec!["read_file"]);
+        assert_eq!(out.metadata_set()[1], ("mcp.tools_hidden".to_string(), "3".to_string()));
+        // The end of the stream with no event: nothing to do.
+        let end = call.chunk(&filter, &req, &resp, &[], 2, true, b"3 1").await.unwrap();
+        assert!(end.replacement().is_none() && end.metadata_set().is_empty());
+        assert_eq!(end.next_state(), b"3 1", "the counts carry on");
     }
 
     #[tokio::test]

@@ -14,10 +14,20 @@
 //! * [`ToolSchemaValidation`] (`toolSchemaValidation`, both): arguments
 //!   against the tools' JSON Schemas, from a file or learned from
 //!   `tools/list` replies.
+//! * [`McpServerRequestGuard`] (`mcpServerRequestGuard`, both): the
+//!   requests the server sends the client (sampling, elicitation, roots),
+//!   per caller, and the client's answers to them; see `server_requests`.
+//!
+//! The response policies stream event streams: an SSE reply (a POST's, or
+//! a session's GET stream) passes one event at a time, so progress,
+//! server requests and `notifications/tools/list_changed` reach the client
+//! as the server sends them. JSON replies are buffered and read whole.
 //!
 //! One file per concern: `args` (the guard), [`urls`] (SSRF), [`paths`]
 //! (paths and commands), `deny` (denial rendering and body handling),
-//! `reply` (JSON and SSE replies), `schema`, `filter`, `authorize`. The
+//! `reply` (JSON and SSE replies), [`events`] (one SSE event of a streamed
+//! reply), `schema`, `filter`, `authorize`, `server_requests` and
+//! `server_checks` (server-to-client requests). The
 //! layers they share with other agents are at the crate's root:
 //! [`jsonrpc`](crate::jsonrpc) (parsing), [`rules`](crate::rules),
 //! [`param_cache`](crate::param_cache) (parsed params).
@@ -25,10 +35,13 @@
 mod args;
 mod authorize;
 pub(crate) mod deny;
+pub mod events;
 mod filter;
 pub mod paths;
 mod reply;
 mod schema;
+mod server_checks;
+mod server_requests;
 pub mod urls;
 
 /// A name from a request body as a metadata value: control characters
@@ -47,3 +60,5 @@ pub use deny::{Refusal, Style, INSUFFICIENT_SCOPE};
 pub use filter::{filter_message, McpToolFilter};
 pub use reply::Format;
 pub use schema::{ToolSchemaValidation, MAX_LEARNED};
+pub use server_checks::{looks_secret, Verdict};
+pub use server_requests::{McpServerRequestGuard, REFUSED};

@@ -12,6 +12,11 @@
 //! A tool whose schema was not learned yet (or was dropped) is unknown: to
 //! enforce, use `schemas_file` or `unknown_tools: deny`.
 //!
+//! Learning streams (`streams_response_body`, event streams only): in an SSE
+//! reply each event is read as it passes, unchanged, and a `tools/list`
+//! result is learned from its own event; a JSON reply is buffered by the
+//! kernel and read whole.
+//!
 //! A call whose arguments do not match is answered HTTP 200 with JSON-RPC
 //! error -32602 (invalid params), whose `data` holds the `instancePath` and
 //! the `schemaPath` of the first error (never the value). A tool with no
@@ -27,12 +32,14 @@ use serde_json::{json, Map, Value};
 
 use super::authorize::prefix_separator;
 use super::deny::{self, config_error, Incoming, Refusal, Style};
+use super::events::{self, EventMessage};
 use super::reply::{self, Format};
 use crate::jsonrpc::{Envelope, INVALID_PARAMS};
 use crate::param_cache::ParamCache;
 use crate::rules::strip_prefix;
 use policy_agents::{
-    describe, ParamError, Params, Policy, PolicyError, RequestContext, RequestOutcome, ResponseContext, ResponseOutcome,
+    describe, ChunkContext, ChunkOutcome, ParamError, Params, Policy, PolicyError, RequestContext, RequestOutcome,
+    ResponseContext, ResponseOutcome,
 };
 
 const NAME: &str = "toolSchemaValidation";
@@ -268,7 +275,42 @@ impl ToolSchemaValidation {
 
 impl Policy for ToolSchemaValidation {
     type Params = Params;
-    describe! { name: NAME, params: KEYS, phases: Both, body: true }
+    describe! { name: NAME, params: KEYS, phases: Both, body: true, streams: true, events_only: true }
+
+    async fn on_response_chunk(&self, params: &Params, ctx: &ChunkContext<'_>) -> Result<ChunkOutcome, PolicyError> {
+        let cfg = self
+            .cache
+            .get(params, SchemaConfig::parse)
+            .map_err(|e| config_error(NAME, &e))?;
+        if !cfg.learn
+            || ctx.response.status() != 200
+            || ctx
+                .response
+                .header("content-encoding")
+                .is_some_and(|e| !e.eq_ignore_ascii_case("identity"))
+        {
+            return Ok(ChunkOutcome::pass());
+        }
+        let scope = scope(ctx.request.path());
+        let mut n = 0;
+        for ev in ctx.events {
+            match events::read(ev) {
+                EventMessage::Message(v) => {
+                    n += events::messages(&v)
+                        .into_iter()
+                        .map(|m| self.learn(&scope, m))
+                        .sum::<usize>()
+                }
+                EventMessage::NotJson(e) => tracing::warn!(endpoint = scope, error = %e, "event not read for schemas"),
+                EventMessage::None => {}
+            }
+        }
+        Ok(if n > 0 {
+            ChunkOutcome::pass().set_metadata("mcp.schemas_learned", n.to_string())
+        } else {
+            ChunkOutcome::pass()
+        })
+    }
 
     async fn on_request(&self, params: &Params, ctx: &RequestContext<'_>) -> Result<RequestOutcome, PolicyError> {
         let cfg = self

@@ -106,6 +106,41 @@ async fn schemas_are_learned_from_tools_list_replies() {
 }
 
 #[tokio::test]
+async fn schemas_are_learned_from_streamed_events() {
+    let policy = ToolSchemaValidation::new();
+    let tc = TestCall::new();
+    let list = json!({"jsonrpc": "2.0", "id": 2, "result": {"tools": [{"name": "search", "inputSchema": schema()}]}});
+    let progress = bytes::Bytes::from("data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\"}\n\n");
+    let events = [
+        progress,
+        bytes::Bytes::from(format!("event: message\ndata: {list}\n\n")),
+    ];
+    let resp = TestResponse::new(200).header("content-type", "text/event-stream");
+    let out = tc
+        .chunk(
+            &policy,
+            &TestRequest::new("POST", "/mcp"),
+            &resp,
+            &events,
+            0,
+            false,
+            b"",
+        )
+        .await
+        .unwrap();
+    assert!(out.replacement().is_none(), "events pass unchanged");
+    assert_eq!(
+        out.metadata_set(),
+        &[("mcp.schemas_learned".to_string(), "1".to_string())]
+    );
+    let out = tc
+        .request(&policy, &req(call("search", json!({"q": "a", "count": 99}))))
+        .await
+        .unwrap();
+    assert!(out.denial().is_some(), "the learned schema applies");
+}
+
+#[tokio::test]
 async fn bad_schema_files_fail_closed() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.json");

@@ -1,12 +1,21 @@
 //! `tool-agent`: `mcpToolAuthorization`, `mcpToolFilter`,
-//! `toolArgumentGuard` and `toolSchemaValidation` for MCP servers behind Envoy.
+//! `toolArgumentGuard`, `toolSchemaValidation` and `mcpServerRequestGuard`
+//! for MCP servers behind Envoy.
+//!
+//! The ids of the requests servers sent clients (for
+//! `mcpServerRequestGuard`'s `check_client_responses`) are kept in memory,
+//! or in Redis with `--redis-url` (shared by every tool agent using it).
 
 use std::path::PathBuf;
 
+use anyhow::Context;
 use clap::Parser;
 use policy_agents::cli::{init_tracing, ServeArgs};
 use policy_agents::Agent;
-use reference_agents::tool::{McpToolAuthorization, McpToolFilter, ToolArgumentGuard, ToolSchemaValidation};
+use reference_agents::planner::SessionStore;
+use reference_agents::tool::{
+    McpServerRequestGuard, McpToolAuthorization, McpToolFilter, ToolArgumentGuard, ToolSchemaValidation,
+};
 
 // mimalloc: cheaper than glibc malloc for many small, short-lived gRPC buffers.
 #[global_allocator]
@@ -16,12 +25,17 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[derive(Parser)]
 #[command(
     version,
-    about = "Policy agent for MCP tool calls: mcpToolAuthorization, mcpToolFilter, toolArgumentGuard, toolSchemaValidation"
+    about = "Policy agent for MCP tool calls: mcpToolAuthorization, mcpToolFilter, toolArgumentGuard, toolSchemaValidation, mcpServerRequestGuard"
 )]
 struct Args {
     /// Unix socket to listen on.
     #[arg(long, default_value = "/var/run/policy-engine/agents/tool.sock")]
     socket: PathBuf,
+    /// Keep the server requests awaiting an answer in Redis
+    /// (`redis://127.0.0.1:6379/0` or `redis+unix:///run/redis.sock`)
+    /// instead of in memory.
+    #[arg(long)]
+    redis_url: Option<String>,
     #[command(flatten)]
     serve: ServeArgs,
 }
@@ -33,11 +47,16 @@ fn main() -> anyhow::Result<()> {
 
 async fn run(args: Args) -> anyhow::Result<()> {
     init_tracing(args.serve.log_json);
+    let store = match &args.redis_url {
+        Some(url) => SessionStore::redis(url).await.context("connecting to --redis-url")?,
+        None => SessionStore::memory(),
+    };
     let builder = Agent::builder("tool-agent", env!("CARGO_PKG_VERSION"))
         .policy(McpToolAuthorization::new())
         .policy(McpToolFilter::new())
         .policy(ToolArgumentGuard::new())
-        .policy(ToolSchemaValidation::new());
+        .policy(ToolSchemaValidation::new())
+        .policy(McpServerRequestGuard::new(store));
     args.serve.apply(builder).serve_unix(&args.socket).await?;
     Ok(())
 }
