@@ -12,7 +12,7 @@ ENVOY_STAMP   := $(VENV)/.envoy-$(ENVOY_VERSION)
 # or stops with one line naming them and the command to install them.
 NEED_SETUP  := python3-venv:python3-venv
 NEED_RUN    := curl:curl
-NEED_TEST   := redis-server:redis-server promtool:prometheus prometheus:prometheus curl:curl setpriv:util-linux
+NEED_TEST   := redis-server:redis-server promtool:prometheus prometheus:prometheus curl:curl setpriv:util-linux node:nodejs npm:npm
 NEED_OBSERVE := prometheus:prometheus curl:curl
 NEED_DEPLOY := docker-compose:docker-compose
 NEED_BENCH  := h2load:nghttp2-client taskset:util-linux
@@ -96,7 +96,7 @@ lint:
 	cargo clippy --workspace --all-targets -- -D warnings
 
 ## test: every test: unit, integration, and end-to-end through a real Envoy.
-test: need-test setup $(VENV)/.test-requirements
+test: need-test setup $(VENV)/.test-requirements $(IDP_STAMP)
 	cargo test --workspace
 
 need-test:
@@ -106,6 +106,14 @@ need-test:
 # again whenever that file changes.
 $(VENV)/.test-requirements: tests/requirements.txt agents/examples/python/requirements.txt $(ENVOY_STAMP)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r tests/requirements.txt
+	touch $@
+
+# The identity tests' Node packages (tests/idp: oidc-provider, the MCP
+# TypeScript SDK), installed from its lock file into tests/idp/node_modules;
+# again whenever the lock file changes.
+IDP_STAMP := tests/idp/node_modules/.installed
+$(IDP_STAMP): tests/idp/package.json tests/idp/package-lock.json
+	cd tests/idp && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
 ## bench: the whole performance harness (criterion + load scenarios); prints the table.

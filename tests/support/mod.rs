@@ -17,6 +17,7 @@ pub mod chaos;
 pub mod envoy;
 pub mod extproc;
 pub mod h2raw;
+pub mod idp;
 pub mod load;
 pub mod management;
 pub mod procs;

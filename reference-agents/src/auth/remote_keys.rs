@@ -117,7 +117,15 @@ struct Gate {
     last_kid_refresh: Option<Instant>,
     retry_at: Option<Instant>,
     failures: u32,
-    last_warning: Option<Instant>,
+    /// When each kind of warning (stale keys, no keys) was last logged.
+    last_warning: [Option<Instant>; 2],
+}
+
+/// The warnings logged at most every [`WARN_EVERY`], each on its own clock.
+#[derive(Clone, Copy)]
+enum Warning {
+    Stale = 0,
+    Unavailable = 1,
 }
 
 type Outcome = Option<Result<(), FetchError>>;
@@ -213,7 +221,7 @@ impl RemoteKeys {
             Some(snap) => match find_key(&snap.keys, alg, kid) {
                 Some(index) => {
                     let n = bump(&self.stats.stale_used);
-                    if self.may_warn() {
+                    if self.may_warn(Warning::Stale) {
                         tracing::warn!(source = %self.source(), stale_used = n, failures = get(&self.stats.failures),
                             "identity provider unreachable: verifying with stale keys");
                     }
@@ -223,7 +231,7 @@ impl RemoteKeys {
             },
             None => {
                 let n = bump(&self.stats.unavailable);
-                if self.may_warn() {
+                if self.may_warn(Warning::Unavailable) {
                     tracing::warn!(source = %self.source(), unavailable = n, failures = get(&self.stats.failures),
                         "no usable keys from the identity provider: refusing tokens");
                 }
@@ -278,13 +286,14 @@ impl RemoteKeys {
         }
     }
 
-    fn may_warn(&self) -> bool {
+    fn may_warn(&self, kind: Warning) -> bool {
         let mut gate = lock(&self.gate);
         let now = Instant::now();
-        if gate.last_warning.is_some_and(|t| now < t + WARN_EVERY) {
+        let last = &mut gate.last_warning[kind as usize];
+        if last.is_some_and(|t| now < t + WARN_EVERY) {
             return false;
         }
-        gate.last_warning = Some(now);
+        *last = Some(now);
         true
     }
 
