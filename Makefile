@@ -4,6 +4,7 @@
 VENV          := .venv
 ENVOY_VERSION := 1.40.0
 ENVOY_STAMP   := $(VENV)/.envoy-$(ENVOY_VERSION)
+IDP_STAMP     := tests/idp/node_modules/.installed
 
 .PHONY: setup test lint build bench run stop observe release check-deploy fuzz chaos soak need-run need-test need-observe stop-stack eval-guard
 
@@ -111,7 +112,6 @@ $(VENV)/.test-requirements: tests/requirements.txt agents/examples/python/requir
 # The identity tests' Node packages (tests/idp: oidc-provider, the MCP
 # TypeScript SDK), installed from its lock file into tests/idp/node_modules;
 # again whenever the lock file changes.
-IDP_STAMP := tests/idp/node_modules/.installed
 $(IDP_STAMP): tests/idp/package.json tests/idp/package-lock.json
 	cd tests/idp && npm ci --no-audit --no-fund --loglevel=error
 	touch $@

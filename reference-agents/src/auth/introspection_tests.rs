@@ -139,7 +139,7 @@ async fn provider_failures_fail_closed_within_the_deadline() {
         .await
         .unwrap();
     assert_eq!(reason(&out), (503, "introspection_unavailable".to_string()));
-    assert!(t0.elapsed() < Duration::from_millis(300), "{:?}", t0.elapsed());
+    assert!(t0.elapsed() < Duration::from_millis(450), "{:?}", t0.elapsed());
     // The answer arrived later and was kept for the retry.
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert!(run(&policy, &c, Some("slow")).await.denial().is_none());
