@@ -6,6 +6,7 @@ ENVOY_VERSION := 1.40.0
 ENVOY_STAMP   := $(VENV)/.envoy-$(ENVOY_VERSION)
 # The npm packages of the TypeScript MCP tests and demo (tests/mcp/ts).
 NODE_STAMP    := tests/mcp/ts/node_modules/.installed
+IDP_STAMP     := tests/idp/node_modules/.installed
 
 .PHONY: setup test lint build build-run bench run stop observe release check-deploy fuzz chaos soak need-run need-test need-observe stop-stack eval-guard
 
@@ -107,7 +108,7 @@ lint:
 	cargo clippy --workspace --all-targets -- -D warnings
 
 ## test: every test: unit, integration, and end-to-end through a real Envoy.
-test: need-test setup $(VENV)/.test-requirements $(NODE_STAMP)
+test: need-test setup $(VENV)/.test-requirements $(NODE_STAMP) $(IDP_STAMP)
 	cargo test --workspace
 
 need-test:
@@ -125,6 +126,14 @@ $(VENV)/.test-requirements: tests/requirements.txt agents/examples/python/requir
 $(NODE_STAMP): tests/mcp/ts/package.json tests/mcp/ts/package-lock.json
 	@bash scripts/need.sh test node:nodejs npm:npm
 	cd tests/mcp/ts && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+# The identity tests' Node packages (tests/idp: oidc-provider, the MCP
+# TypeScript SDK), installed from its lock file into tests/idp/node_modules;
+# again whenever the lock file changes.
+$(IDP_STAMP): tests/idp/package.json tests/idp/package-lock.json
+	@bash scripts/need.sh test node:nodejs npm:npm
+	cd tests/idp && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
 ## bench: the whole performance harness (criterion + load scenarios); prints the table.

@@ -135,6 +135,7 @@ pub struct TestCall {
     metadata: Metadata,
     request_id: String,
     traceparent: Option<String>,
+    deadline_in: Option<std::time::Duration>,
 }
 
 impl Default for TestCall {
@@ -151,6 +152,7 @@ impl TestCall {
             metadata: Metadata::new(),
             request_id: "test-request".to_string(),
             traceparent: None,
+            deadline_in: None,
         }
     }
 
@@ -172,9 +174,17 @@ impl TestCall {
         self
     }
 
+    /// Gives the call a deadline this long after the hook starts (as the
+    /// kernel's `deadline_ms` would).
+    pub fn deadline_in(mut self, after: std::time::Duration) -> Self {
+        self.deadline_in = Some(after);
+        self
+    }
+
     fn info(&self, phase: Phase) -> CallInfo {
         CallInfo {
             traceparent: self.traceparent.clone(),
+            deadline: self.deadline_in.map(|d| tokio::time::Instant::now() + d),
             ..CallInfo::new(self.request_id.clone(), phase)
         }
     }

@@ -1,6 +1,7 @@
 //! Benchmarks of the hot reference policies, through the same hook path the
 //! SDK uses (params parsed on every call):
-//! `jwtValidation` (RS256, ES256, HS256), `piiRedaction` on 64 KiB bodies
+//! `jwtValidation` (RS256, ES256, HS256; RS256 with keys from a JWK set URL,
+//! served once by a loopback stub, to price the remote-key cache), `piiRedaction` on 64 KiB bodies
 //! (text and JSON), `promptInjectionGuard` (4 KiB and 64 KiB chat bodies,
 //! clean, attacked, obfuscated and multilingual).
 //!
@@ -69,7 +70,42 @@ fn jwt(c: &mut Criterion) {
         assert!(out.denial().is_none(), "{name} token must pass");
         group.bench_function(name, |b| b.iter(|| rt.block_on(call.request(&policy, black_box(&req)))));
     }
+    // Keys from a URL: after the first fetch, every call reads the cache.
+    let url = serve_jwks();
+    let remote = TestCall::new().params(&[
+        ("issuer", "https://auth.example.com"),
+        ("audience", "api-service"),
+        ("jwks_uri", url.as_str()),
+        ("forward_claims", r#"["sub"]"#),
+    ]);
+    let req = TestRequest::new("GET", "/admin").header("authorization", &format!("Bearer {}", token(Algorithm::RS256)));
+    let out = rt.block_on(remote.request(&policy, &req)).expect("valid");
+    assert!(out.denial().is_none(), "RS256 (jwks_uri) token must pass: {out:?}");
+    group.bench_function("RS256 (jwks_uri)", |b| {
+        b.iter(|| rt.block_on(remote.request(&policy, black_box(&req))))
+    });
     group.finish();
+}
+
+/// Serves `testdata/jwks.json` over loopback HTTP from a thread; its URL.
+fn serve_jwks() -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}/jwks", listener.local_addr().expect("addr"));
+    let body = std::fs::read_to_string(JWKS).expect("jwks");
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().flatten() {
+            let mut buf = [0u8; 4096];
+            let _ = conn.read(&mut buf);
+            let head = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncache-control: max-age=3600\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = conn.write_all(head.as_bytes());
+            let _ = conn.write_all(body.as_bytes());
+        }
+    });
+    url
 }
 
 /// About 64 KiB of log-like text with some PII on every tenth line.

@@ -220,6 +220,37 @@ impl Rules {
     }
 }
 
+impl Rules {
+    /// The scopes that would let `caller` make a call the rules refuse: those
+    /// of the first `allow` rule for this method and target whose other
+    /// conditions the caller meets and whose `when.scopes` it lacks. `None`
+    /// when no such rule comes before the rule that decided (more scope
+    /// would not help), or when the call is allowed.
+    pub fn scopes_needed(&self, method: &str, target: Option<&str>, caller: &Caller) -> Option<&[String]> {
+        for rule in &self.rules {
+            if !rule.methods.is_match(method) {
+                continue;
+            }
+            match (&rule.tools, target) {
+                (Some(tools), Some(t)) if !tools.is_match(t) => continue,
+                (Some(_), None) => continue,
+                _ => {}
+            }
+            if rule.when.matches(caller) {
+                return None;
+            }
+            let with_scopes = Caller {
+                scopes: rule.when.scopes.clone(),
+                ..caller.clone()
+            };
+            if rule.effect == Effect::Allow && !rule.when.scopes.is_empty() && rule.when.matches(&with_scopes) {
+                return Some(&rule.when.scopes);
+            }
+        }
+        None
+    }
+}
+
 /// Strips a gateway prefix: with separator `__`, `github__read_file` is
 /// `read_file`; a name without the separator is unchanged.
 pub fn strip_prefix<'a>(name: &'a str, separator: Option<&str>) -> &'a str {
@@ -274,6 +305,14 @@ mod tests {
         assert!(rules.decide("tools/call", Some("read_file"), &reader).allowed);
         let no_scope = caller(&["reader", "staff"], &["x"], None, None);
         assert!(!rules.decide("tools/call", Some("read_file"), &no_scope).allowed);
+        assert_eq!(
+            rules.scopes_needed("tools/call", Some("read_file"), &no_scope),
+            Some(&["files:read".to_string()][..])
+        );
+        let with_scope = caller(&["reader", "staff"], &["files:read"], None, None);
+        assert_eq!(rules.scopes_needed("tools/call", Some("read_file"), &with_scope), None);
+        let no_role = caller(&["staff"], &[], None, None);
+        assert_eq!(rules.scopes_needed("tools/call", Some("read_file"), &no_role), None);
         let one_role = caller(&["reader"], &["files:read"], None, None);
         assert!(!rules.decide("tools/call", Some("read_file"), &one_role).allowed);
         let bot = caller(&[], &[], Some("ci-bot"), None);

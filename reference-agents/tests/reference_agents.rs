@@ -48,7 +48,18 @@ async fn auth_agent_checks_api_keys_and_roles() {
     let digest = hex::encode(sha2::Sha256::digest(b"demo-key"));
     std::fs::write(keys.path(), format!("# demo\n{digest} demo\n")).unwrap();
     let agent = Spawned::start(AUTH, &["--api-keys", keys.path().to_str().unwrap()]).await;
-    assert_eq!(policy_names(&agent).await, ["apiKeyAuth", "jwtValidation", "roleCheck"]);
+    let mut names = policy_names(&agent).await;
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "apiKeyAuth",
+            "jwtValidation",
+            "oauthProtectedResource",
+            "roleCheck",
+            "tokenIntrospection"
+        ]
+    );
 
     let mut client = agent.client().await;
     let ok = with_headers(

@@ -14,6 +14,7 @@ pub mod envoy;
 pub mod extproc;
 pub mod h2raw;
 pub mod http;
+pub mod idp;
 pub mod jwt;
 pub mod kernel;
 pub mod load;

@@ -1,4 +1,5 @@
-//! `jwtValidation`: bearer JWTs signed with RS256, ES256 or HS256.
+//! `jwtValidation`: bearer JWTs signed with RS256/384/512, PS256/384/512,
+//! ES256, ES384, EdDSA (Ed25519) or HS256.
 //!
 //! Checks the signature, `exp` and `nbf` (with `leeway_s`), `iss` and `aud`.
 //! On success writes `sub`, `roles` (comma-separated) and `scope` to metadata
@@ -6,64 +7,36 @@
 //! request headers. Every failure is a 401 whose JSON body names the reason:
 //! `missing_token`, `malformed`, `algorithm_not_allowed`, `unknown_key`,
 //! `bad_signature`, `expired`, `not_yet_valid`, `wrong_issuer`,
-//! `wrong_audience`, `missing_claim`.
+//! `wrong_audience`, `missing_claim`; its `WWW-Authenticate` names
+//! `resource_metadata` when that param is set (RFC 9728). When the keys
+//! come from an identity provider (`jwks_uri`, `oidc_discovery`: see
+//! `remote_keys`) and none is usable (never fetched, or stale past
+//! `jwks_stale_s`), the answer is 503 `keys_unavailable` with `Retry-After`:
+//! the policy fails closed, and says the fault is not the client's.
+//!
+//! Keys are chosen by the token's algorithm family: an HMAC token is only
+//! checked against `hs256_secret_env`, never against a public key, and a
+//! published `oct` key is never used; `none` is refused as malformed.
 
-use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{decode, decode_header, Algorithm, DecodingKey, Validation};
 use serde_json::{Map, Value};
 
-use super::jwks::{Family, KeyCache};
-use super::unauthorized;
-use policy_agents::{describe, FromParams, ParamError, Params, Policy, PolicyError, RequestContext, RequestOutcome};
+use super::jwks::{find_key, Family, KeyCache, VerifyKey};
+use super::remote_keys::{Lookup, RemoteKeySets};
+use super::{bearer_challenge, unauthorized};
+use crate::error_body;
+use policy_agents::{describe, Deny, Policy, PolicyError, RequestContext, RequestOutcome};
 
-const CHALLENGE: &str = "Bearer error=\"invalid_token\"";
-
-/// Parameters of `jwtValidation`.
-#[derive(Debug, Clone)]
-pub struct JwtParams {
-    issuer: Option<String>,
-    audience: Vec<String>,
-    jwks_file: Option<PathBuf>,
-    hs256_secret_env: Option<String>,
-    leeway_s: u64,
-    forward_claims: Vec<String>,
-}
-
-impl FromParams for JwtParams {
-    fn from_params(p: &Params) -> Result<Self, ParamError> {
-        let params = JwtParams {
-            issuer: p
-                .get("issuer")
-                .map(str::trim)
-                .filter(|s| !s.is_empty())
-                .map(String::from),
-            audience: p.list("audience")?,
-            jwks_file: p
-                .get("jwks_file")
-                .map(str::trim)
-                .filter(|s| !s.is_empty())
-                .map(PathBuf::from),
-            hs256_secret_env: p
-                .get("hs256_secret_env")
-                .map(str::trim)
-                .filter(|s| !s.is_empty())
-                .map(String::from),
-            leeway_s: p.parse_or("leeway_s", 30)?,
-            forward_claims: p.list("forward_claims")?,
-        };
-        if params.jwks_file.is_none() && params.hs256_secret_env.is_none() {
-            return Err(ParamError::Missing("jwks_file or hs256_secret_env".into()));
-        }
-        Ok(params)
-    }
-}
+pub use super::jwt_params::JwtParams;
 
 /// The `jwtValidation` policy.
 pub struct JwtValidation {
     keys: KeyCache,
+    remote: RemoteKeySets,
 }
 
 impl Default for JwtValidation {
@@ -77,6 +50,7 @@ impl JwtValidation {
     pub fn new() -> Self {
         JwtValidation {
             keys: KeyCache::new(Duration::from_secs(10)),
+            remote: RemoteKeySets::default(),
         }
     }
 }
@@ -145,53 +119,91 @@ fn scope(claims: &Map<String, Value>) -> Option<String> {
     }
 }
 
+/// Why no key verifies a token.
+enum NoKey {
+    /// A 401 with this reason.
+    Refused(&'static str),
+    /// The identity provider's keys are not available: 503.
+    Unavailable,
+}
+
 impl JwtValidation {
-    /// The key for a token header, or the 401 reason when there is none.
-    fn key_for(
+    /// The key for a token header.
+    async fn key_for(
         &self,
         params: &JwtParams,
         alg: Algorithm,
         kid: Option<&str>,
-    ) -> Result<Result<DecodingKeyRef, &'static str>, PolicyError> {
-        let Some(family) = Family::of(alg) else {
-            return Ok(Err("algorithm_not_allowed"));
+        ctx: &RequestContext<'_>,
+    ) -> Result<Result<KeyRef, NoKey>, PolicyError> {
+        let allowed = params.algorithms.as_ref().is_none_or(|a| a.contains(&alg));
+        let Some(family) = Family::of(alg).filter(|_| allowed) else {
+            return Ok(Err(NoKey::Refused("algorithm_not_allowed")));
         };
         if family == Family::Hmac {
-            if let Some(var) = &params.hs256_secret_env {
-                let key = self.keys.secret(var).map_err(|e| PolicyError::new(e.to_string()))?;
-                return Ok(Ok(DecodingKeyRef::Secret(key)));
-            }
+            return Ok(match &params.hs256_secret_env {
+                Some(var) => {
+                    let key = self.keys.secret(var).map_err(|e| PolicyError::new(e.to_string()))?;
+                    Ok(KeyRef::Secret(key))
+                }
+                None => Err(NoKey::Refused("algorithm_not_allowed")),
+            });
+        }
+        if let Some(cfg) = &params.remote {
+            let source = self
+                .remote
+                .get(cfg)
+                .map_err(|e| PolicyError::new(format!("jwtValidation: ca_file: {e}")))?;
+            return Ok(match source.lookup(alg, kid, ctx.call.deadline).await {
+                Lookup::Found { keys, index, stale } => Ok(KeyRef::Set { keys, index, stale }),
+                Lookup::UnknownKey => Err(NoKey::Refused("unknown_key")),
+                Lookup::Unavailable => Err(NoKey::Unavailable),
+            });
         }
         let Some(path) = &params.jwks_file else {
-            return Ok(Err("algorithm_not_allowed"));
+            return Ok(Err(NoKey::Refused("algorithm_not_allowed")));
         };
         let keys = self.keys.jwks(path).map_err(|e| PolicyError::new(e.to_string()))?;
-        if !keys.iter().any(|k| k.family == family) {
-            return Ok(Err("algorithm_not_allowed"));
+        if !keys.iter().any(|k| k.fits(family, alg)) {
+            return Ok(Err(NoKey::Refused("algorithm_not_allowed")));
         }
-        let index = keys
-            .iter()
-            .position(|k| k.family == family && (kid.is_none() || k.kid.as_deref() == kid));
-        Ok(match index {
-            Some(i) => Ok(DecodingKeyRef::Set(keys, i)),
-            None => Err("unknown_key"),
+        Ok(match find_key(&keys, alg, kid) {
+            Some(index) => Ok(KeyRef::Set {
+                keys,
+                index,
+                stale: false,
+            }),
+            None => Err(NoKey::Refused("unknown_key")),
         })
     }
 }
 
-/// A key held either alone or inside a cached JWKS.
-enum DecodingKeyRef {
-    Secret(std::sync::Arc<DecodingKey>),
-    Set(std::sync::Arc<Vec<super::jwks::VerifyKey>>, usize),
+/// A key held either alone or inside a cached key set.
+enum KeyRef {
+    Secret(Arc<DecodingKey>),
+    Set {
+        keys: Arc<Vec<VerifyKey>>,
+        index: usize,
+        stale: bool,
+    },
 }
 
-impl DecodingKeyRef {
+impl KeyRef {
     fn key(&self) -> Option<&DecodingKey> {
         match self {
-            DecodingKeyRef::Secret(k) => Some(k),
-            DecodingKeyRef::Set(keys, i) => keys.get(*i).map(|k| &k.key),
+            KeyRef::Secret(k) => Some(k),
+            KeyRef::Set { keys, index, .. } => keys.get(*index).map(|k| &k.key),
         }
     }
+}
+
+/// The 503 when the identity provider's keys are not available.
+fn keys_unavailable() -> RequestOutcome {
+    RequestOutcome::denied_with(
+        Deny::json(503, &error_body("unavailable", "keys_unavailable"))
+            .header("retry-after", "5")
+            .reason("idp_unavailable"),
+    )
 }
 
 fn validation(params: &JwtParams, alg: Algorithm) -> Validation {
@@ -219,57 +231,64 @@ impl Policy for JwtValidation {
     describe! { name: "jwtValidation" }
 
     fn param_schema(&self) -> &[&str] {
-        &[
-            "issuer",
-            "audience",
-            "jwks_file",
-            "hs256_secret_env",
-            "leeway_s",
-            "forward_claims",
-        ]
+        super::jwt_params::PARAMS
     }
 
     async fn on_request(&self, params: &JwtParams, ctx: &RequestContext<'_>) -> Result<RequestOutcome, PolicyError> {
+        let rm = params.resource_metadata.as_deref();
+        let invalid = bearer_challenge(Some("invalid_token"), None, rm);
         let token = ctx.request.header("authorization").and_then(|h| {
             let (scheme, token) = h.trim().split_once(' ')?;
             scheme.eq_ignore_ascii_case("bearer").then_some(token.trim())
         });
         let Some(token) = token.filter(|t| !t.is_empty()) else {
-            return Ok(unauthorized("missing_token", "Bearer"));
+            return Ok(unauthorized("missing_token", &bearer_challenge(None, None, rm)));
         };
         let header = match decode_header(token) {
             Ok(h) => h,
-            Err(_) => return Ok(unauthorized("malformed", CHALLENGE)),
+            Err(_) => return Ok(unauthorized("malformed", &invalid)),
         };
-        let key = match self.key_for(params, header.alg, header.kid.as_deref())? {
+        let key = match self.key_for(params, header.alg, header.kid.as_deref(), ctx).await? {
             Ok(found) => found,
-            Err(why) => return Ok(unauthorized(why, CHALLENGE)),
+            Err(NoKey::Refused(why)) => return Ok(unauthorized(why, &invalid)),
+            Err(NoKey::Unavailable) => return Ok(keys_unavailable()),
         };
-        let Some(key) = key.key() else {
-            return Ok(unauthorized("unknown_key", CHALLENGE));
+        let Some(decoding) = key.key() else {
+            return Ok(unauthorized("unknown_key", &invalid));
         };
-        let claims = match decode::<Map<String, Value>>(token, key, &validation(params, header.alg)) {
+        let claims = match decode::<Map<String, Value>>(token, decoding, &validation(params, header.alg)) {
             Ok(data) => data.claims,
-            Err(e) => return Ok(unauthorized(reason(e.kind()), CHALLENGE)),
+            Err(e) => return Ok(unauthorized(reason(e.kind()), &invalid)),
         };
         let mut out = RequestOutcome::proceed().set_metadata("auth_method", "jwt");
-        if let Some(sub) = claims.get("sub").and_then(Value::as_str) {
-            out = out.set_metadata("sub", sub);
-        }
-        let roles = roles(&claims);
-        if !roles.is_empty() {
-            out = out.set_metadata("roles", roles.join(","));
-        }
-        if let Some(scope) = scope(&claims) {
-            out = out.set_metadata("scope", scope);
-        }
-        for claim in &params.forward_claims {
-            if let Some(v) = claims.get(claim) {
-                out = out.set_header(format!("x-jwt-{}", header_suffix(claim)), claim_text(v));
+        if let KeyRef::Set { stale, .. } = key {
+            if params.remote.is_some() {
+                out = out.set_metadata("jwt.keys", if stale { "stale" } else { "fresh" });
             }
         }
-        Ok(out)
+        Ok(with_claims(out, &claims, &params.forward_claims))
     }
+}
+
+/// The metadata and forwarded headers of an accepted token's claims (also
+/// used by `tokenIntrospection` on an introspection answer).
+pub(crate) fn with_claims(mut out: RequestOutcome, claims: &Map<String, Value>, forward: &[String]) -> RequestOutcome {
+    if let Some(sub) = claims.get("sub").and_then(Value::as_str) {
+        out = out.set_metadata("sub", sub);
+    }
+    let roles = roles(claims);
+    if !roles.is_empty() {
+        out = out.set_metadata("roles", roles.join(","));
+    }
+    if let Some(scope) = scope(claims) {
+        out = out.set_metadata("scope", scope);
+    }
+    for claim in forward {
+        if let Some(v) = claims.get(claim) {
+            out = out.set_header(format!("x-jwt-{}", header_suffix(claim)), claim_text(v));
+        }
+    }
+    out
 }
 
 #[cfg(test)]

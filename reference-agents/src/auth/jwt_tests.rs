@@ -175,3 +175,152 @@ async fn missing_key_source_and_missing_files_are_policy_errors() {
     let err = call.request(&JwtValidation::new(), &req).await.unwrap_err();
     assert!(err.message().contains("/nonexistent/jwks.json"), "{err}");
 }
+
+mod remote {
+    use super::*;
+    use crate::auth::stub_idp::{Answer, StubIdp};
+    use std::time::Duration;
+
+    const JWKS: &str = include_str!("../../testdata/jwks-remote.json");
+    const EC384_PEM: &[u8] = include_bytes!("../../testdata/ec384_private.pem");
+    const ED_PEM: &[u8] = include_bytes!("../../testdata/ed25519_private.pem");
+    const RM: &str = "https://gw.example.com/.well-known/oauth-protected-resource/api";
+
+    struct Provider {
+        idp: StubIdp,
+        call: TestCall,
+        policy: JwtValidation,
+    }
+
+    impl Provider {
+        async fn start() -> Self {
+            let idp = StubIdp::start().await;
+            idp.set(
+                "/.well-known/openid-configuration",
+                Answer::json(json!({"issuer": idp.base, "jwks_uri": format!("{}/jwks", idp.base)}).to_string()),
+            );
+            idp.set("/jwks", Answer::json(JWKS).max_age(300));
+            let call = TestCall::new()
+                .params(&[
+                    ("issuer", idp.base.as_str()),
+                    ("oidc_discovery", "true"),
+                    ("audience", "api-service"),
+                    ("leeway_s", "0"),
+                    ("resource_metadata", RM),
+                ])
+                .deadline_in(Duration::from_secs(2));
+            Provider {
+                idp,
+                call,
+                policy: JwtValidation::new(),
+            }
+        }
+
+        fn token(&self, alg: Algorithm, kid: &str, key: &EncodingKey) -> String {
+            let mut header = Header::new(alg);
+            header.kid = Some(kid.into());
+            let mut c = claims();
+            c["iss"] = json!(self.idp.base);
+            encode(&header, &c, key).unwrap()
+        }
+
+        async fn check(&self, token: &str) -> RequestOutcome {
+            let req = TestRequest::new("GET", "/api").header("authorization", &format!("Bearer {token}"));
+            self.call.request(&self.policy, &req).await.unwrap()
+        }
+    }
+
+    fn challenge(out: &RequestOutcome) -> String {
+        let deny = out.denial().expect("a denial");
+        deny.headers
+            .iter()
+            .find(|(k, _)| k == "www-authenticate")
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    }
+
+    #[tokio::test]
+    async fn every_asymmetric_algorithm_verifies_against_discovered_keys() {
+        let p = Provider::start().await;
+        let rsa = EncodingKey::from_rsa_pem(RSA_PEM).unwrap();
+        let cases = [
+            (Algorithm::RS256, "rsa-1", rsa.clone()),
+            (Algorithm::PS256, "rsa-pss", rsa.clone()),
+            (Algorithm::ES256, "ec-1", EncodingKey::from_ec_pem(EC_PEM).unwrap()),
+            (
+                Algorithm::ES384,
+                "ec384-1",
+                EncodingKey::from_ec_pem(EC384_PEM).unwrap(),
+            ),
+            (Algorithm::EdDSA, "ed-1", EncodingKey::from_ed_pem(ED_PEM).unwrap()),
+        ];
+        for (alg, kid, key) in cases {
+            let out = p.check(&p.token(alg, kid, &key)).await;
+            assert!(out.denial().is_none(), "{alg:?}: {out:?}");
+            assert_eq!(out.metadata_value("sub"), Some("alice"));
+            assert_eq!(out.metadata_value("jwt.keys"), Some("fresh"));
+        }
+        // RS384/RS512 with a key whose JWK says RS256: not that key.
+        let out = p.check(&p.token(Algorithm::RS512, "rsa-1", &rsa)).await;
+        assert_eq!(refused_because(&out), "unknown_key");
+        assert_eq!(p.idp.hits("/jwks"), 2, "one fetch, one refresh for the unknown key");
+    }
+
+    #[tokio::test]
+    async fn hmac_with_the_public_key_and_none_are_refused() {
+        let p = Provider::start().await;
+        // HS256 signed with the published RSA modulus, or with the published
+        // oct key's bytes: no HMAC key is ever taken from a published set.
+        let jwks: Value = serde_json::from_str(JWKS).unwrap();
+        for (kid, secret) in [("rsa-1", jwks["keys"][0]["n"].as_str().unwrap()), ("oct-1", "secret")] {
+            let token = p.token(Algorithm::HS256, kid, &EncodingKey::from_secret(secret.as_bytes()));
+            let out = p.check(&token).await;
+            assert_eq!(refused_because(&out), "algorithm_not_allowed", "{kid}");
+            assert_eq!(
+                challenge(&out),
+                format!("Bearer error=\"invalid_token\", resource_metadata=\"{RM}\"")
+            );
+        }
+        let mut c = claims();
+        c["iss"] = json!(p.idp.base);
+        use base64::Engine;
+        let b64 = |v: &Value| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string());
+        let none = format!("{}.{}.", b64(&json!({"alg": "none", "typ": "JWT"})), b64(&c));
+        assert_eq!(refused_because(&p.check(&none).await), "malformed");
+        let out = p
+            .call
+            .request(&p.policy, &TestRequest::new("GET", "/api"))
+            .await
+            .unwrap();
+        assert_eq!(challenge(&out), format!("Bearer resource_metadata=\"{RM}\""));
+    }
+
+    #[tokio::test]
+    async fn no_keys_from_the_provider_is_a_503() {
+        let p = Provider::start().await;
+        p.idp.set("/jwks", Answer::status(500));
+        let rsa = EncodingKey::from_rsa_pem(RSA_PEM).unwrap();
+        let out = p.check(&p.token(Algorithm::RS256, "rsa-1", &rsa)).await;
+        let deny = out.denial().expect("a denial");
+        assert_eq!(deny.status, 503);
+        assert!(deny.headers.iter().any(|(k, v)| k == "retry-after" && v == "5"));
+        let body: Value = serde_json::from_slice(&deny.body).unwrap();
+        assert_eq!(body["reason"], "keys_unavailable");
+    }
+
+    #[tokio::test]
+    async fn the_algorithms_param_narrows_what_is_accepted() {
+        let p = Provider::start().await;
+        let base = p.idp.base.clone();
+        let call = TestCall::new().params(&[
+            ("issuer", base.as_str()),
+            ("oidc_discovery", "true"),
+            ("algorithms", r#"["ES256"]"#),
+        ]);
+        let token = p.token(Algorithm::RS256, "rsa-1", &EncodingKey::from_rsa_pem(RSA_PEM).unwrap());
+        let req = TestRequest::new("GET", "/").header("authorization", &format!("Bearer {token}"));
+        let out = call.request(&p.policy, &req).await.unwrap();
+        assert_eq!(refused_because(&out), "algorithm_not_allowed");
+        assert_eq!(p.idp.hits("/jwks"), 0, "refused before any fetch");
+    }
+}

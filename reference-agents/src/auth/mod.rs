@@ -1,17 +1,48 @@
 //! Authentication and authorization policies of `auth-agent`.
 //!
 //! * [`ApiKeyAuth`] (`apiKeyAuth`): keys checked against a file of SHA-256 hashes.
-//! * [`JwtValidation`] (`jwtValidation`): RS256/ES256/HS256 bearer tokens.
+//! * [`JwtValidation`] (`jwtValidation`): bearer JWTs (RS256/384/512,
+//!   PS256/384/512, ES256, ES384, EdDSA, HS256), keys from a JWKS file, an
+//!   HS256 secret, or an identity provider (`jwks_uri`, or OIDC discovery
+//!   from `issuer`), cached per `Cache-Control` and refreshed on an unknown
+//!   `kid` at a bounded rate.
+//! * [`TokenIntrospection`] (`tokenIntrospection`): opaque tokens checked at
+//!   the provider's RFC 7662 endpoint, answers cached; the same metadata as
+//!   `jwtValidation`.
+//! * [`OauthProtectedResource`] (`oauthProtectedResource`): serves the RFC 9728
+//!   protected resource metadata document that the 401 challenges point to.
 //! * [`RoleCheck`] (`roleCheck`): roles from metadata against required roles.
+//!
+//! Every param is described in `docs/identity.md`.
+//!
+//! # Layout
+//!
+//! * `jwt`, `jwt_params`: the `jwtValidation` policy and its checked params.
+//! * `jwks`: JWK sets (files and published sets) and the key families.
+//! * `remote_keys`: keys fetched from a provider: cache, refresh, stale keys.
+//! * `fetch`: HTTPS to providers (endpoint checks, CA file, bounded reads).
+//! * `introspection`: `tokenIntrospection`.
+//! * `resource_metadata`: `oauthProtectedResource` and the challenges.
 
 mod api_key;
+mod fetch;
+mod introspection;
 mod jwks;
 mod jwt;
+mod jwt_params;
+mod remote_keys;
+mod resource_metadata;
 mod roles;
+#[cfg(test)]
+mod stub_idp;
 
 pub use api_key::{ApiKeyAuth, ApiKeyError, ApiKeyStore};
+pub use fetch::FetchError;
+pub use introspection::TokenIntrospection;
 pub use jwks::KeyError;
 pub use jwt::JwtValidation;
+pub(crate) use jwt_params::public_url;
+pub use resource_metadata::{bearer_challenge, OauthProtectedResource};
 pub use roles::RoleCheck;
 
 use crate::error_body;

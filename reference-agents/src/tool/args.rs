@@ -231,7 +231,7 @@ pub fn guard(cfg: &GuardConfig, env: &Envelope) -> RequestOutcome {
                 super::metadata_text(r.data["argument"].as_str().unwrap_or("-")),
                 r.data["rule"].as_str().unwrap_or("-")
             );
-            RequestOutcome::denied_with(deny::render(cfg.denial, false, env, &refusals, "argument_refused"))
+            RequestOutcome::denied_with(deny::render(cfg.denial, None, env, &refusals, "argument_refused"))
                 .set_metadata("mcp.args", r.data["rule"].as_str().unwrap_or("-").to_string())
                 .set_metadata("mcp.decision", "deny")
                 .set_metadata("mcp.rule", rule)

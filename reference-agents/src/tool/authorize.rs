@@ -16,15 +16,22 @@
 //! request also `mcp.request_id` (its id as JSON text), which the streaming
 //! response policies use to answer it when they refuse a server request on
 //! its stream.
+//!
+//! An `http_403` denial carries `WWW-Authenticate: Bearer
+//! error="insufficient_scope"`, with `scope="..."` naming the scopes of the
+//! first `allow` rule the caller would meet but for its scopes (MCP's scope
+//! challenge, so a client can ask for them), and `resource_metadata="..."`
+//! when that param is set.
 
 use super::deny::{self, config_error, Incoming, Refusal, Style};
+use crate::auth::bearer_challenge;
 use crate::jsonrpc::{classify, Envelope, Kind, MethodClass, DENIED};
 use crate::param_cache::ParamCache;
 use crate::rules::{strip_prefix, Caller, Rules};
 use policy_agents::{describe, Params, Policy, PolicyError, RequestContext, RequestOutcome};
 
 const NAME: &str = "mcpToolAuthorization";
-const KEYS: &[&str] = &["rules", "denial", "tool_prefix_separator"];
+const KEYS: &[&str] = &["rules", "denial", "tool_prefix_separator", "resource_metadata"];
 
 /// The rule name of always-allowed messages.
 pub const ALWAYS_ALLOWED: &str = "always_allowed";
@@ -38,15 +45,19 @@ pub struct AuthzConfig {
     pub denial: Style,
     /// The gateway prefix separator, if any.
     pub prefix_separator: Option<String>,
+    /// Named in the 403's challenge (RFC 9728), if set.
+    pub resource_metadata: Option<String>,
 }
 
 impl AuthzConfig {
-    /// Parses `rules` (required), `denial`, `tool_prefix_separator`.
+    /// Parses `rules` (required), `denial`, `tool_prefix_separator`,
+    /// `resource_metadata`.
     pub fn parse(p: &Params) -> Result<Self, policy_agents::ParamError> {
         Ok(AuthzConfig {
             rules: Rules::parse("rules", p.required("rules")?)?,
             denial: Style::parse(p, "denial")?,
             prefix_separator: prefix_separator(p),
+            resource_metadata: crate::auth::public_url("resource_metadata", p)?,
         })
     }
 }
@@ -56,6 +67,34 @@ pub fn prefix_separator(p: &Params) -> Option<String> {
     p.get("tool_prefix_separator")
         .filter(|s| !s.trim().is_empty())
         .map(String::from)
+}
+
+/// The scopes that would let the caller make a refused call (see
+/// [`Rules::scopes_needed`]).
+fn scopes_needed<'r>(
+    cfg: &'r AuthzConfig,
+    caller: &Caller,
+    method: &str,
+    target: Option<&str>,
+) -> Option<&'r [String]> {
+    let t = match classify(method) {
+        MethodClass::Open => return None,
+        MethodClass::Targeted(_) => target.map(|t| strip_prefix(t, cfg.prefix_separator.as_deref())),
+        MethodClass::Plain => None,
+    };
+    cfg.rules.scopes_needed(method, t, caller)
+}
+
+/// The 403's challenge: `insufficient_scope`, with the scopes that would
+/// allow the refused calls (MCP authorization, "scope challenge") and the
+/// resource metadata URL when known.
+fn challenge(cfg: &AuthzConfig, needed: &[String]) -> String {
+    let scope = (!needed.is_empty()).then(|| needed.join(" "));
+    bearer_challenge(
+        Some("insufficient_scope"),
+        scope.as_deref(),
+        cfg.resource_metadata.as_deref(),
+    )
 }
 
 /// The decision on one message: allowed, and by which rule.
@@ -96,6 +135,7 @@ fn joined<'a>(names: impl Iterator<Item = &'a str>) -> String {
 /// Decides a whole body: the outcome and its metadata.
 pub fn authorize(cfg: &AuthzConfig, caller: &Caller, env: &Envelope) -> RequestOutcome {
     let mut refusals = Vec::new();
+    let mut needed: Vec<String> = Vec::new();
     let mut first_rule: Option<&str> = None;
     for (i, m) in env.messages.iter().enumerate() {
         let (allowed, rule) = match (m.kind, m.method.as_deref()) {
@@ -106,6 +146,13 @@ pub fn authorize(cfg: &AuthzConfig, caller: &Caller, env: &Envelope) -> RequestO
             first_rule = Some(rule);
         }
         if !allowed {
+            if let Some(method) = m.method.as_deref() {
+                for s in scopes_needed(cfg, caller, method, m.target().ok().flatten()).unwrap_or_default() {
+                    if !needed.contains(s) {
+                        needed.push(s.clone());
+                    }
+                }
+            }
             let what = m.target().ok().flatten().unwrap_or(m.method.as_deref().unwrap_or("-"));
             refusals.push(Refusal {
                 index: i,
@@ -133,7 +180,14 @@ pub fn authorize(cfg: &AuthzConfig, caller: &Caller, env: &Envelope) -> RequestO
     let out = if refusals.is_empty() {
         RequestOutcome::proceed()
     } else {
-        RequestOutcome::denied_with(deny::render(cfg.denial, true, env, &refusals, "tool_denied"))
+        let challenge = challenge(cfg, &needed);
+        RequestOutcome::denied_with(deny::render(
+            cfg.denial,
+            Some(&challenge),
+            env,
+            &refusals,
+            "tool_denied",
+        ))
     };
     let out = out
         .set_metadata("mcp.method", method)

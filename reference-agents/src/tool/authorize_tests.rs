@@ -228,3 +228,42 @@ async fn names_in_metadata_are_made_safe() {
     );
     assert_eq!(out.denial().map(|d| d.status), Some(403));
 }
+
+#[tokio::test]
+async fn the_403_names_the_scope_that_would_allow_the_call() {
+    let rules = r#"[
+        {"name": "writers", "effect": "allow", "tools": ["write_*"], "when": {"scopes": ["files:write"]}},
+        {"name": "readers", "effect": "allow", "tools": ["read_file"], "when": {"scopes": ["files:read"]}}
+    ]"#;
+    let rm = "https://gw.example.com/.well-known/oauth-protected-resource/mcp";
+    let req = TestRequest::new("POST", "/mcp").body(call(3, "write_file"));
+    let out = TestCall::new()
+        .params(&[("rules", rules), ("resource_metadata", rm)])
+        .metadata("scope", "files:read")
+        .request(&McpToolAuthorization::new(), &req)
+        .await
+        .unwrap();
+    let d = out.denial().unwrap();
+    assert_eq!(d.status, 403);
+    let challenge = &d.headers.iter().find(|(k, _)| k == "www-authenticate").unwrap().1;
+    assert_eq!(
+        challenge,
+        &format!("Bearer error=\"insufficient_scope\", scope=\"files:write\", resource_metadata=\"{rm}\"")
+    );
+    // No rule would allow it with more scope: no `scope`.
+    let req = TestRequest::new("POST", "/mcp").body(call(4, "delete_file"));
+    let out = TestCall::new()
+        .params(&[("rules", rules)])
+        .request(&McpToolAuthorization::new(), &req)
+        .await
+        .unwrap();
+    let challenge = &out
+        .denial()
+        .unwrap()
+        .headers
+        .iter()
+        .find(|(k, _)| k == "www-authenticate")
+        .unwrap()
+        .1;
+    assert_eq!(challenge, INSUFFICIENT_SCOPE);
+}

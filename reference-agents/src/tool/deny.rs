@@ -6,7 +6,9 @@ use serde_json::{json, Value};
 use crate::jsonrpc::{self, BodyError, Envelope, Kind, INTERNAL_ERROR};
 use policy_agents::{Deny, ParamError, Params, PolicyError, RequestContext};
 
-/// The challenge of an `http_403` denial (as Envoy AI Gateway sends it).
+/// The challenge of an `http_403` denial when no rule names a scope that
+/// would help and no `resource_metadata` is set (as Envoy AI Gateway sends
+/// it); otherwise `scope="..."` and `resource_metadata="..."` follow.
 pub const INSUFFICIENT_SCOPE: &str = "Bearer error=\"insufficient_scope\"";
 
 /// How a refused call is answered (param `denial`).
@@ -84,13 +86,13 @@ pub fn reply_body(env: &Envelope, refusals: &[Refusal]) -> Value {
     Value::Array(out)
 }
 
-/// A denial in `style`; `challenge` adds the insufficient-scope header to a 403.
-pub fn render(style: Style, challenge: bool, env: &Envelope, refusals: &[Refusal], reason: &str) -> Deny {
+/// A denial in `style`; `challenge` is the `WWW-Authenticate` of a 403.
+pub fn render(style: Style, challenge: Option<&str>, env: &Envelope, refusals: &[Refusal], reason: &str) -> Deny {
     let body = reply_body(env, refusals);
-    match style {
-        Style::Http403 if challenge => Deny::json(403, &body).header("www-authenticate", INSUFFICIENT_SCOPE),
-        Style::Http403 => Deny::json(403, &body),
-        Style::JsonRpcError => Deny::json(200, &body),
+    match (style, challenge) {
+        (Style::Http403, Some(challenge)) => Deny::json(403, &body).header("www-authenticate", challenge),
+        (Style::Http403, None) => Deny::json(403, &body),
+        (Style::JsonRpcError, _) => Deny::json(200, &body),
     }
     .reason(reason)
 }

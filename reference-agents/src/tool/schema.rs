@@ -262,7 +262,7 @@ impl ToolSchemaValidation {
         }
         RequestOutcome::denied_with(deny::render(
             Style::JsonRpcError,
-            false,
+            None,
             env,
             &refusals,
             "invalid_params",

@@ -1,4 +1,5 @@
-//! `auth-agent`: `apiKeyAuth`, `jwtValidation` and `roleCheck`.
+//! `auth-agent`: `apiKeyAuth`, `jwtValidation`, `tokenIntrospection`,
+//! `oauthProtectedResource` and `roleCheck`.
 
 use std::path::PathBuf;
 
@@ -6,7 +7,9 @@ use anyhow::Context;
 use clap::Parser;
 use policy_agents::cli::{init_tracing, ServeArgs};
 use policy_agents::Agent;
-use reference_agents::auth::{ApiKeyAuth, ApiKeyStore, JwtValidation, RoleCheck};
+use reference_agents::auth::{
+    ApiKeyAuth, ApiKeyStore, JwtValidation, OauthProtectedResource, RoleCheck, TokenIntrospection,
+};
 
 // mimalloc: cheaper than glibc malloc for many small, short-lived gRPC buffers.
 #[global_allocator]
@@ -16,7 +19,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[derive(Parser)]
 #[command(
     version,
-    about = "Policy agent for authentication: apiKeyAuth, jwtValidation, roleCheck"
+    about = "Policy agent for authentication: apiKeyAuth, jwtValidation, tokenIntrospection, oauthProtectedResource, roleCheck"
 )]
 struct Args {
     /// Unix socket to listen on.
@@ -48,6 +51,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let builder = Agent::builder("auth-agent", env!("CARGO_PKG_VERSION"))
         .policy(ApiKeyAuth::new(keys))
         .policy(JwtValidation::new())
+        .policy(TokenIntrospection::new())
+        .policy(OauthProtectedResource::new())
         .policy(RoleCheck);
     args.serve.apply(builder).serve_unix(&args.socket).await?;
     Ok(())

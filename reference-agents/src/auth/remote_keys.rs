@@ -1,0 +1,461 @@
+//! Verification keys fetched from an identity provider for `jwtValidation`:
+//! a JWK set at `jwks_uri`, or found by OIDC discovery
+//! (`<issuer>/.well-known/openid-configuration` names the `jwks_uri`).
+//!
+//! * **Cached** for the `Cache-Control: max-age` of the JWK set's answer
+//!   (300 s without one), held between `jwks_cache_min_s` and
+//!   `jwks_cache_max_s`.
+//! * **Unknown `kid`**: a token whose key is not in the fresh set triggers
+//!   one refresh, at most one per `jwks_refresh_interval_s`: a flood of
+//!   forged key ids costs the provider one request per interval, no more.
+//! * **Single flight**: one fetch at a time per key source; the requests
+//!   that need it wait on the same fetch, each only until its own deadline
+//!   (the call's deadline less a margin for the reply). A fetch runs on in
+//!   the background after its requests gave up, for the next ones.
+//! * **Stale keys**: when the set's lifetime is over and the provider does
+//!   not answer (in time), the last set keeps verifying for `jwks_stale_s`
+//!   more, each use counted and logged (at most every 10 s); after that,
+//!   and when no set was ever fetched, [`Lookup::Unavailable`] (the policy
+//!   answers 503: it fails closed). Failed fetches back off (1 s doubling
+//!   to 30 s) so a provider that is down is not asked on every request.
+//!
+//! Counters per key source ([`Stats`]) go into every log line about it.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::Duration;
+
+use jsonwebtoken::Algorithm;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use url::Url;
+
+use super::fetch::{self, FetchError};
+use super::jwks::{find_key, jwk_set_keys, SetOrigin, VerifyKey};
+
+/// Lifetime of a JWK set whose answer has no `Cache-Control` lifetime.
+const DEFAULT_TTL: Duration = Duration::from_secs(300);
+/// Longest pause between attempts after failed fetches.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// Time kept back from the call's deadline for the reply to reach the kernel.
+const REPLY_MARGIN: Duration = Duration::from_millis(25);
+/// How long a request with usable stale keys waits for a refresh.
+const STALE_WAIT: Duration = Duration::from_millis(100);
+/// Least time between two warnings about stale or missing keys.
+const WARN_EVERY: Duration = Duration::from_secs(10);
+/// Key sources kept at most (distinct params); beyond, the registry starts over.
+const MAX_SOURCES: usize = 64;
+
+/// Where the keys come from.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum Source {
+    /// OIDC discovery from this issuer.
+    Discovery(String),
+    /// A JWK set URL.
+    JwksUri(Url),
+}
+
+/// How remote keys are fetched and kept (from `jwtValidation`'s params).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct RemoteConfig {
+    pub(crate) source: Source,
+    pub(crate) ca_file: Option<PathBuf>,
+    pub(crate) cache_min: Duration,
+    pub(crate) cache_max: Duration,
+    pub(crate) stale_for: Duration,
+    pub(crate) refresh_interval: Duration,
+}
+
+/// What a key lookup found.
+pub(crate) enum Lookup {
+    /// The key: `keys[index]`; `stale` when the set outlived its lifetime.
+    Found {
+        keys: Arc<Vec<VerifyKey>>,
+        index: usize,
+        stale: bool,
+    },
+    /// The provider publishes no key with this `kid` (and algorithm).
+    UnknownKey,
+    /// No usable key set: never fetched, or stale past its bound.
+    Unavailable,
+}
+
+/// Counters of one key source, written into its log lines.
+#[derive(Debug, Default)]
+pub(crate) struct Stats {
+    /// Successful fetches of the JWK set.
+    pub(crate) fetches: AtomicU64,
+    /// Failed fetches (discovery or JWK set).
+    pub(crate) failures: AtomicU64,
+    /// Refreshes triggered by an unknown `kid`.
+    pub(crate) kid_refreshes: AtomicU64,
+    /// Unknown `kid`s refused without a refresh (the interval had not passed).
+    pub(crate) kid_refreshes_limited: AtomicU64,
+    /// Tokens verified with keys past their lifetime.
+    pub(crate) stale_used: AtomicU64,
+    /// Tokens refused because no usable key set was there.
+    pub(crate) unavailable: AtomicU64,
+}
+
+fn get(c: &AtomicU64) -> u64 {
+    c.load(Ordering::Relaxed)
+}
+
+fn bump(c: &AtomicU64) -> u64 {
+    c.fetch_add(1, Ordering::Relaxed) + 1
+}
+
+struct Snapshot {
+    keys: Arc<Vec<VerifyKey>>,
+    fresh_until: Instant,
+}
+
+#[derive(Default)]
+struct Gate {
+    last_kid_refresh: Option<Instant>,
+    retry_at: Option<Instant>,
+    failures: u32,
+    /// When each kind of warning (stale keys, no keys) was last logged.
+    last_warning: [Option<Instant>; 2],
+}
+
+/// The warnings logged at most every [`WARN_EVERY`], each on its own clock.
+#[derive(Clone, Copy)]
+enum Warning {
+    Stale = 0,
+    Unavailable = 1,
+}
+
+type Outcome = Option<Result<(), FetchError>>;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The keys of one source, shared by every call that names it.
+pub(crate) struct RemoteKeys {
+    cfg: RemoteConfig,
+    client: reqwest::Client,
+    snapshot: RwLock<Option<Arc<Snapshot>>>,
+    jwks_uri: Mutex<Option<Url>>,
+    inflight: Mutex<Option<watch::Receiver<Outcome>>>,
+    gate: Mutex<Gate>,
+    stats: Stats,
+}
+
+impl RemoteKeys {
+    fn new(cfg: RemoteConfig) -> Result<Self, String> {
+        let client = fetch::client(cfg.ca_file.as_deref())?;
+        let jwks_uri = match &cfg.source {
+            Source::JwksUri(u) => Some(u.clone()),
+            Source::Discovery(_) => None,
+        };
+        Ok(RemoteKeys {
+            cfg,
+            client,
+            snapshot: RwLock::new(None),
+            jwks_uri: Mutex::new(jwks_uri),
+            inflight: Mutex::new(None),
+            gate: Mutex::new(Gate::default()),
+            stats: Stats::default(),
+        })
+    }
+
+    /// The counters.
+    #[cfg(test)]
+    pub(crate) fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    fn source(&self) -> String {
+        match &self.cfg.source {
+            Source::Discovery(issuer) => issuer.clone(),
+            Source::JwksUri(u) => u.to_string(),
+        }
+    }
+
+    fn current(&self) -> Option<Arc<Snapshot>> {
+        self.snapshot.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The key for a token signed with `alg`, naming `kid`; waits for the
+    /// provider at most until `deadline` (less a margin for the reply).
+    pub(crate) async fn lookup(
+        self: &Arc<Self>,
+        alg: Algorithm,
+        kid: Option<&str>,
+        deadline: Option<Instant>,
+    ) -> Lookup {
+        let now = Instant::now();
+        let current = self.current();
+        let wait_until = deadline
+            .map(|d| d.checked_sub(REPLY_MARGIN).unwrap_or(now))
+            .unwrap_or(now + fetch::FETCH_TIMEOUT);
+        if let Some(snap) = current.as_ref().filter(|s| now < s.fresh_until) {
+            if let Some(index) = find_key(&snap.keys, alg, kid) {
+                return found(snap, index, false);
+            }
+            return self.unknown_kid(alg, kid, now, wait_until).await;
+        }
+        // No keys yet, or their lifetime is over: fetch. With stale keys at
+        // hand, wait only briefly; the fetch goes on for the next requests.
+        let usable_stale = current
+            .as_ref()
+            .filter(|s| now < s.fresh_until + self.cfg.stale_for)
+            .cloned();
+        let wait = match usable_stale {
+            Some(_) => wait_until.min(now + STALE_WAIT),
+            None => wait_until,
+        };
+        if let Some(Ok(())) = self.refresh(wait).await {
+            if let Some(snap) = self.current() {
+                return match find_key(&snap.keys, alg, kid) {
+                    Some(index) => found(&snap, index, false),
+                    None => Lookup::UnknownKey,
+                };
+            }
+        }
+        match usable_stale {
+            Some(snap) => match find_key(&snap.keys, alg, kid) {
+                Some(index) => {
+                    let n = bump(&self.stats.stale_used);
+                    if self.may_warn(Warning::Stale) {
+                        tracing::warn!(source = %self.source(), stale_used = n, failures = get(&self.stats.failures),
+                            "identity provider unreachable: verifying with stale keys");
+                    }
+                    found(&snap, index, true)
+                }
+                None => Lookup::UnknownKey,
+            },
+            None => {
+                let n = bump(&self.stats.unavailable);
+                if self.may_warn(Warning::Unavailable) {
+                    tracing::warn!(source = %self.source(), unavailable = n, failures = get(&self.stats.failures),
+                        "no usable keys from the identity provider: refusing tokens");
+                }
+                Lookup::Unavailable
+            }
+        }
+    }
+
+    /// A `kid` the fresh set does not hold: it joins a fetch in flight, or
+    /// starts one if none was started for an unknown `kid` within the interval.
+    async fn unknown_kid(
+        self: &Arc<Self>,
+        alg: Algorithm,
+        kid: Option<&str>,
+        now: Instant,
+        wait_until: Instant,
+    ) -> Lookup {
+        let inflight = lock(&self.inflight).clone();
+        let rx = match inflight {
+            Some(rx) => rx,
+            None => {
+                let mut gate = lock(&self.gate);
+                let allowed = gate
+                    .last_kid_refresh
+                    .is_none_or(|t| now >= t + self.cfg.refresh_interval);
+                if !allowed {
+                    drop(gate);
+                    let n = bump(&self.stats.kid_refreshes_limited);
+                    tracing::debug!(source = %self.source(), kid, limited = n, "unknown key id, refresh not yet allowed");
+                    return Lookup::UnknownKey;
+                }
+                gate.last_kid_refresh = Some(now);
+                drop(gate);
+                let n = bump(&self.stats.kid_refreshes);
+                tracing::info!(source = %self.source(), kid, kid_refreshes = n, "unknown key id: refreshing the keys");
+                match self.start_refresh() {
+                    Some(rx) => rx,
+                    None => return Lookup::UnknownKey,
+                }
+            }
+        };
+        match wait(rx, wait_until).await {
+            Some(Ok(())) => match self.current() {
+                Some(snap) => match find_key(&snap.keys, alg, kid) {
+                    Some(index) => found(&snap, index, false),
+                    None => Lookup::UnknownKey,
+                },
+                None => Lookup::UnknownKey,
+            },
+            // Failed or too slow: the fresh set stands, and it lacks this key.
+            _ => Lookup::UnknownKey,
+        }
+    }
+
+    fn may_warn(&self, kind: Warning) -> bool {
+        let mut gate = lock(&self.gate);
+        let now = Instant::now();
+        let last = &mut gate.last_warning[kind as usize];
+        if last.is_some_and(|t| now < t + WARN_EVERY) {
+            return false;
+        }
+        *last = Some(now);
+        true
+    }
+
+    /// Joins the fetch in flight or starts one (unless backing off after
+    /// failures), and waits for it until `until`.
+    async fn refresh(self: &Arc<Self>, until: Instant) -> Outcome {
+        wait(self.start_refresh()?, until).await
+    }
+
+    /// The fetch in flight, or a new one (`None` while backing off).
+    fn start_refresh(self: &Arc<Self>) -> Option<watch::Receiver<Outcome>> {
+        let mut slot = lock(&self.inflight);
+        if let Some(rx) = slot.as_ref() {
+            return Some(rx.clone());
+        }
+        if lock(&self.gate).retry_at.is_some_and(|t| Instant::now() < t) {
+            return None;
+        }
+        let (tx, rx) = watch::channel(None);
+        *slot = Some(rx.clone());
+        drop(slot);
+        let me = Arc::clone(self);
+        tokio::spawn(async move {
+            let result = me.fetch().await;
+            let outcome = me.record(result);
+            *lock(&me.inflight) = None;
+            let _ = tx.send(Some(outcome));
+        });
+        Some(rx)
+    }
+
+    /// Stores a fetched set (or counts the failure and backs off).
+    fn record(&self, result: Result<(Vec<VerifyKey>, Duration), FetchError>) -> Result<(), FetchError> {
+        match result {
+            Ok((keys, ttl)) => {
+                let count = keys.len();
+                let snap = Snapshot {
+                    keys: Arc::new(keys),
+                    fresh_until: Instant::now() + ttl,
+                };
+                *self.snapshot.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(snap));
+                let mut gate = lock(&self.gate);
+                gate.failures = 0;
+                gate.retry_at = None;
+                drop(gate);
+                let n = bump(&self.stats.fetches);
+                tracing::info!(
+                    source = %self.source(), keys = count, ttl_s = ttl.as_secs(), fetches = n,
+                    failures = get(&self.stats.failures), kid_refreshes = get(&self.stats.kid_refreshes),
+                    kid_refreshes_limited = get(&self.stats.kid_refreshes_limited),
+                    stale_used = get(&self.stats.stale_used), unavailable = get(&self.stats.unavailable),
+                    "identity provider keys fetched"
+                );
+                Ok(())
+            }
+            Err(e) => {
+                if matches!(self.cfg.source, Source::Discovery(_)) {
+                    // The provider may have moved its keys: discover again.
+                    *lock(&self.jwks_uri) = None;
+                }
+                let mut gate = lock(&self.gate);
+                gate.failures = gate.failures.saturating_add(1);
+                let backoff = Duration::from_secs(1u64 << gate.failures.min(6).saturating_sub(1)).min(MAX_BACKOFF);
+                gate.retry_at = Some(Instant::now() + backoff);
+                drop(gate);
+                let n = bump(&self.stats.failures);
+                tracing::warn!(source = %self.source(), error = %e, failures = n, retry_in_ms = backoff.as_millis() as u64,
+                    "fetching identity provider keys failed");
+                Err(e)
+            }
+        }
+    }
+
+    /// One fetch: discovery when needed, then the JWK set and its lifetime.
+    async fn fetch(&self) -> Result<(Vec<VerifyKey>, Duration), FetchError> {
+        let known = lock(&self.jwks_uri).clone();
+        let uri = match (known, &self.cfg.source) {
+            (Some(u), _) => u,
+            (None, Source::JwksUri(u)) => u.clone(),
+            (None, Source::Discovery(issuer)) => {
+                let u = discover(&self.client, issuer).await?;
+                *lock(&self.jwks_uri) = Some(u.clone());
+                u
+            }
+        };
+        let (headers, value) = fetch::get_json(&self.client, &uri).await?;
+        let keys = jwk_set_keys(value, SetOrigin::Published).map_err(|reason| FetchError::Invalid {
+            url: uri.to_string(),
+            reason,
+        })?;
+        let ttl = fetch::max_age(&headers)
+            .unwrap_or(DEFAULT_TTL)
+            .clamp(self.cfg.cache_min, self.cfg.cache_max);
+        Ok((keys, ttl))
+    }
+}
+
+/// The outcome of a fetch, or `None` when it did not end by `until`.
+async fn wait(mut rx: watch::Receiver<Outcome>, until: Instant) -> Outcome {
+    match tokio::time::timeout_at(until, rx.wait_for(Option::is_some)).await {
+        Ok(Ok(outcome)) => outcome.clone(),
+        _ => None,
+    }
+}
+
+fn found(snap: &Snapshot, index: usize, stale: bool) -> Lookup {
+    Lookup::Found {
+        keys: Arc::clone(&snap.keys),
+        index,
+        stale,
+    }
+}
+
+/// The `jwks_uri` of `issuer`'s OpenID configuration, whose `issuer` must
+/// be `issuer` exactly (OpenID Connect Discovery §4.3).
+pub(crate) async fn discover(client: &reqwest::Client, issuer: &str) -> Result<Url, FetchError> {
+    let raw = format!("{}/.well-known/openid-configuration", issuer.trim_end_matches('/'));
+    let invalid = |url: &str, reason: String| FetchError::Invalid {
+        url: url.to_string(),
+        reason,
+    };
+    let url = fetch::check_url("discovery URL", &raw).map_err(|r| invalid(&raw, r))?;
+    let (_, doc) = fetch::get_json(client, &url).await?;
+    if doc.get("issuer").and_then(|v| v.as_str()) != Some(issuer) {
+        return Err(invalid(
+            &raw,
+            format!(
+                "its issuer {} is not {issuer:?}",
+                doc.get("issuer").unwrap_or(&serde_json::Value::Null)
+            ),
+        ));
+    }
+    let jwks = doc
+        .get("jwks_uri")
+        .and_then(|v| v.as_str())
+        .ok_or_else(|| invalid(&raw, "no jwks_uri".to_string()))?;
+    fetch::check_url("jwks_uri", jwks).map_err(|r| invalid(&raw, r))
+}
+
+/// The key sources of one policy, by config.
+#[derive(Default)]
+pub(crate) struct RemoteKeySets {
+    map: Mutex<HashMap<RemoteConfig, Arc<RemoteKeys>>>,
+}
+
+impl RemoteKeySets {
+    /// The source for `cfg`, made on first use (an error when its
+    /// `ca_file` cannot be read: then nothing is kept).
+    pub(crate) fn get(&self, cfg: &RemoteConfig) -> Result<Arc<RemoteKeys>, String> {
+        let mut map = lock(&self.map);
+        if let Some(keys) = map.get(cfg) {
+            return Ok(Arc::clone(keys));
+        }
+        let keys = Arc::new(RemoteKeys::new(cfg.clone())?);
+        if map.len() >= MAX_SOURCES {
+            map.clear();
+        }
+        map.insert(cfg.clone(), Arc::clone(&keys));
+        Ok(keys)
+    }
+}
+
+#[cfg(test)]
+#[path = "remote_keys_tests.rs"]
+mod tests;

@@ -1,0 +1,533 @@
+//! End to end for identity from a real identity provider: npm
+//! `oidc-provider` (tests/idp/provider.mjs) issues client-credentials tokens
+//! (JWT access tokens through its resource indicators, opaque ones without)
+//! and rotates its keys; requests go through a real Envoy, the kernel
+//! binary and the real `auth-agent` (and `tool-agent` for MCP). The last
+//! case is the official MCP TypeScript SDK client with its
+//! `ClientCredentialsProvider`, finding the provider by itself (RFC 9728).
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::idp::{mcp_client, mcp_server, NodeIdp};
+use support::reference::{logs, until_agents_healthy};
+use support::*;
+
+/// The audience of the `/api` and `/stale` routes' tokens.
+const API: &str = "https://api.test/api";
+const GATEWAY_SECRET_ENV: &str = "IDP_GATEWAY_SECRET";
+
+/// Envoy: one listener; prefixes to kernel routes of the same name, to the
+/// echo upstream or the MCP server.
+fn envoy_config(kernel: &std::path::Path, echo: u16, mcp: u16) -> String {
+    let routes = [
+        ("prm", "/.well-known/oauth-protected-resource", "echo"),
+        ("mcp", "/mcp", "mcp"),
+        ("api", "/api", "echo"),
+        ("stale", "/stale", "echo"),
+        ("opaque", "/opaque", "echo"),
+    ]
+    .iter()
+    .map(|(name, prefix, cluster)| {
+        format!("              - name: {name}\n                match: {{prefix: \"{prefix}\"}}\n                route: {{cluster: {cluster}, timeout: 30s}}\n")
+    })
+    .collect::<String>();
+    let cluster = |name: &str, port: u16| {
+        format!(
+            "  - name: {name}\n    type: STATIC\n    connect_timeout: 1s\n    load_assignment:\n      cluster_name: {name}\n      endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {port}}}}}}}}}]}}]\n"
+        )
+    };
+    format!(
+        r#"admin:
+  address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}
+static_resources:
+  listeners:
+  - name: main
+    address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: ingress
+          access_log:
+          - name: envoy.access_loggers.stdout
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StdoutAccessLog
+              log_format:
+                text_format_source:
+                  inline_string: "ACCESS %REQ(:METHOD)% %REQ(:PATH)% %RESPONSE_CODE% %DYNAMIC_METADATA(policy_kernel)%\n"
+          route_config:
+            name: local
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes:
+{routes}{filters}  clusters:
+  - name: policy_kernel
+    type: STATIC
+    connect_timeout: 1s
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: {{http2_protocol_options: {{}}}}
+    load_assignment:
+      cluster_name: policy_kernel
+      endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{pipe: {{path: {kernel}}}}}}}}}]}}]
+{echo}{mcp}"#,
+        kernel = kernel.display(),
+        filters = envoy::ext_proc_filters("5s"),
+        echo = cluster("echo", echo),
+        mcp = cluster("mcp", mcp),
+    )
+}
+
+/// The kernel's routes; `gw` is Envoy's origin (what MCP clients call).
+fn routes(iss: &str, gw: &str) -> String {
+    let rules = r#"[{"name": "readers", "effect": "allow", "tools": ["read_data"], "when": {"scopes": ["tools:read"]}}, {"name": "writers", "effect": "allow", "tools": ["write_data"], "when": {"scopes": ["tools:write"]}}, {"name": "listing", "effect": "allow", "methods": ["tools/list"]}]"#;
+    let rm = format!("{gw}/.well-known/oauth-protected-resource");
+    format!(
+        r#"  route_policies:
+    - route_name: prm
+      request_policy_chain:
+        - policy: oauthProtectedResource
+          params: {{resource: "{gw}/mcp", authorization_servers: ["{iss}"], scopes_supported: ["tools:read", "tools:write"]}}
+    - route_name: mcp
+      request_policy_chain:
+        - policy: jwtValidation
+          params: {{issuer: "{iss}", oidc_discovery: true, audience: "{gw}/mcp", resource_metadata: "{rm}/mcp"}}
+        - policy: mcpToolAuthorization
+          params: {{rules: {rules}, resource_metadata: "{rm}/mcp"}}
+    - route_name: api
+      request_policy_chain:
+        - policy: jwtValidation
+          params: {{issuer: "{iss}", oidc_discovery: true, audience: "{API}", jwks_cache_min_s: 300, jwks_refresh_interval_s: 2, resource_metadata: "{rm}/api", forward_claims: ["sub", "scope"]}}
+    - route_name: stale
+      request_policy_chain:
+        - policy: jwtValidation
+          params: {{issuer: "{iss}", oidc_discovery: true, audience: "{API}", jwks_cache_min_s: 1, jwks_cache_max_s: 2, jwks_stale_s: 4}}
+    - route_name: opaque
+      request_policy_chain:
+        - policy: tokenIntrospection
+          params: {{introspection_endpoint: "{iss}/token/introspection", client_id: gateway, client_secret_env: {GATEWAY_SECRET_ENV}, issuer: "{iss}", forward_claims: ["client_id", "scope"]}}
+"#
+    )
+}
+
+/// Provider, echo upstream, MCP server, Envoy, agents and kernel.
+struct Stack {
+    idp: NodeIdp,
+    envoy: Envoy,
+    kernel: KernelProc,
+    _auth: reference::RefAgent,
+    _tool: reference::RefAgent,
+    _mcp: Proc,
+    _echo: Upstream,
+    dir: tempfile::TempDir,
+    http: reqwest::Client,
+}
+
+impl Stack {
+    async fn start() -> Self {
+        let dir = workdir();
+        let d = dir.path();
+        let idp = NodeIdp::start(d);
+        let echo = Upstream::start().await;
+        let (mcp, mcp_port) = mcp_server(d);
+        let kernel_socket = d.join("kernel.sock");
+        // Envoy first: the kernel's routes name Envoy's origin (the MCP
+        // resource), known once Envoy has bound its port. Envoy reaches the
+        // kernel only when a request comes.
+        let envoy = Envoy::launch(
+            d,
+            &envoy_config(&kernel_socket, echo.addr.port(), mcp_port),
+            &["-l", "warning"],
+        );
+        std::env::set_var(GATEWAY_SECRET_ENV, "gateway-secret");
+        let auth = reference::RefAgent::start(d, "auth", "auth-agent", &[]);
+        let tool = reference::RefAgent::start(d, "tool", "tool-agent", &[]);
+        let agents = format!(
+            "  agents:\n{}      timeout_ms: 3000\n      health_check_timeout_ms: 1000\n{}      health_check_timeout_ms: 1000\n",
+            auth.entry(),
+            tool.entry()
+        );
+        let gw = envoy.url("").trim_end_matches('/').to_string();
+        let kernel = KernelProc::start(d, &format!("{agents}{}", routes(&idp.issuer(), &gw)));
+        until_agents_healthy(&kernel, 2).await;
+        Stack {
+            idp,
+            envoy,
+            kernel,
+            _auth: auth,
+            _tool: tool,
+            _mcp: mcp,
+            _echo: echo,
+            dir,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    async fn get(&self, path: &str, token: &str) -> Got {
+        let auth = format!("Bearer {token}");
+        send(
+            &self.http,
+            "GET",
+            &self.envoy.url(path),
+            &[("authorization", &auth)],
+            None,
+        )
+        .await
+    }
+
+    fn auth_log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("auth.log")).unwrap_or_default()
+    }
+
+    fn diag(&self) -> String {
+        format!(
+            "{}\n--- auth-agent ---\n{}\n--- provider ---\n{}",
+            logs(&self.kernel, &self.envoy),
+            self.auth_log(),
+            self.idp.log()
+        )
+    }
+}
+
+/// A JWT's header with its `kid` replaced (the signature no longer matches,
+/// but the key lookup comes first).
+fn forge_kid(token: &str, kid: &str) -> String {
+    use base64_url as b64;
+    let mut parts = token.splitn(3, '.');
+    let (_, claims, sig) = (parts.next(), parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let header = json!({"alg": "RS256", "typ": "at+jwt", "kid": kid});
+    format!("{}.{claims}.{sig}", b64::encode(header.to_string().as_bytes()))
+}
+
+/// The `kid` in a JWT's header.
+fn kid_of(token: &str) -> String {
+    let header = base64_url::decode(token.split('.').next().unwrap_or(""));
+    let v: Value = serde_json::from_slice(&header).unwrap_or_default();
+    v["kid"].as_str().unwrap_or("").to_string()
+}
+
+/// Base64url without padding (the tests' own, to stay off the agents' crates).
+mod base64_url {
+    const T: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+    pub fn decode(text: &str) -> Vec<u8> {
+        let mut bits = 0u32;
+        let mut n = 0;
+        let mut out = Vec::new();
+        for c in text.bytes() {
+            let Some(v) = T.iter().position(|t| *t == c) else { break };
+            bits = (bits << 6) | v as u32;
+            n += 6;
+            if n >= 8 {
+                n -= 8;
+                out.push((bits >> n) as u8);
+                bits &= (1 << n) - 1;
+            }
+        }
+        out
+    }
+
+    pub fn encode(data: &[u8]) -> String {
+        let mut out = String::new();
+        for chunk in data.chunks(3) {
+            let n = chunk
+                .iter()
+                .enumerate()
+                .fold(0u32, |n, (i, b)| n | (u32::from(*b) << (16 - 8 * i)));
+            for i in 0..=chunk.len() {
+                out.push(T[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            }
+        }
+        out
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provider_tokens_are_accepted_rotated_keys_picked_up_and_forged_kids_rate_limited() {
+    let s = Stack::start().await;
+    let token = s.idp.token("mcp-client", "mcp-secret", "tools:read", Some(API)).await;
+    let got = s.get("/api/x", &token).await;
+    assert_eq!(got.status, 200, "{}\n{}", got.body, s.diag());
+    assert_eq!(got.echoed_header("x-jwt-sub").as_deref(), Some("mcp-client"));
+    assert_eq!(got.echoed_header("x-jwt-scope").as_deref(), Some("tools:read"));
+    assert_eq!(s.idp.hits("/.well-known/openid-configuration").await, 1);
+    assert_eq!(s.idp.hits("/jwks").await, 1);
+
+    // A token for another audience, and none at all: 401 with the challenge.
+    let other = s
+        .idp
+        .token("mcp-client", "mcp-secret", "tools:read", Some("https://other.test/"))
+        .await;
+    let got = s.get("/api/x", &other).await;
+    assert_eq!(
+        (got.status, got.json()["reason"].clone()),
+        (401, json!("wrong_audience"))
+    );
+    let got = send(&s.http, "GET", &s.envoy.url("/api/x"), &[], None).await;
+    assert_eq!(got.status, 401);
+    assert_eq!(
+        got.header("www-authenticate"),
+        Some(
+            format!(
+                "Bearer resource_metadata=\"{}\"",
+                s.envoy.url("/.well-known/oauth-protected-resource/api")
+            )
+            .as_str()
+        )
+    );
+
+    // Rotation: the provider signs with a new key; the first token with its
+    // kid makes the agent refetch once; old tokens keep working (the old
+    // key is still published).
+    let kid = s.idp.rotate().await;
+    let rotated = s.idp.token("mcp-client", "mcp-secret", "tools:read", Some(API)).await;
+    assert_eq!(kid_of(&rotated), kid, "the provider signs with the new key");
+    assert_ne!(kid_of(&token), kid);
+    let got = s.get("/api/x", &rotated).await;
+    assert_eq!(got.status, 200, "rotated key: {}\n{}", got.body, s.diag());
+    assert_eq!(s.idp.hits("/jwks").await, 2, "one refetch for the new kid");
+    assert_eq!(s.get("/api/x", &token).await.status, 200);
+
+    // A flood of forged kids: the provider sees at most one JWK set request
+    // per jwks_refresh_interval_s (2 s), however many tokens.
+    let before = s.idp.hits("/jwks").await;
+    let t0 = Instant::now();
+    let mut sent = 0u32;
+    while t0.elapsed() < Duration::from_secs(5) {
+        let batch: Vec<_> = (0..20)
+            .map(|i| {
+                let forged = forge_kid(&token, &format!("forged-{sent}-{i}"));
+                let (http, url) = (s.http.clone(), s.envoy.url("/api/x"));
+                tokio::spawn(async move {
+                    let auth = format!("Bearer {forged}");
+                    send(&http, "GET", &url, &[("authorization", &auth)], None).await
+                })
+            })
+            .collect();
+        for b in batch {
+            let got = b.await.unwrap();
+            assert_eq!(
+                (got.status, got.json()["reason"].clone()),
+                (401, json!("unknown_key")),
+                "{}",
+                got.body
+            );
+        }
+        sent += 20;
+    }
+    let elapsed = t0.elapsed().as_secs_f64();
+    let fetched = s.idp.hits("/jwks").await - before;
+    let allowed = (elapsed / 2.0).floor() as u64 + 1;
+    eprintln!("forged kids: {sent} requests in {elapsed:.1} s, {fetched} JWK set fetches (at most {allowed})");
+    assert!(sent >= 100, "flood too small: {sent}");
+    assert!(
+        fetched <= allowed,
+        "{fetched} fetches for {sent} forged kids in {elapsed:.1} s"
+    );
+    assert!(s.auth_log().contains("unknown key id: refreshing the keys"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_provider_down_cached_keys_serve_for_their_bound_then_fail_closed() {
+    let mut s = Stack::start().await;
+    let token = s.idp.token("mcp-client", "mcp-secret", "tools:read", Some(API)).await;
+    let got = s.get("/stale/x", &token).await;
+    assert_eq!(got.status, 200, "{}\n{}", got.body, s.diag());
+    let fetched = Instant::now();
+    s.idp.stop();
+
+    // Lifetime 2 s (jwks_cache_max_s), then 4 s of stale keys.
+    tokio::time::sleep(Duration::from_millis(3000).saturating_sub(fetched.elapsed())).await;
+    let got = s.get("/stale/x", &token).await;
+    assert_eq!(
+        got.status,
+        200,
+        "stale keys within their bound: {}\n{}",
+        got.body,
+        s.diag()
+    );
+    assert!(s.auth_log().contains("verifying with stale keys"), "{}", s.auth_log());
+
+    tokio::time::sleep(Duration::from_millis(7000).saturating_sub(fetched.elapsed())).await;
+    let got = s.get("/stale/x", &token).await;
+    assert_eq!(got.status, 503, "past the bound: {}\n{}", got.body, s.diag());
+    assert_eq!(got.json()["reason"], "keys_unavailable");
+    assert_eq!(got.header("retry-after"), Some("5"));
+    assert!(s.auth_log().contains("no usable keys from the identity provider"));
+    assert!(
+        s.kernel.metric(
+            "policy_kernel_immediate_responses_total{reason=\"idp_unavailable\",route=\"stale\",status=\"503\"}"
+        ) >= 1.0,
+        "{}",
+        s.kernel.admin_get("/metrics").1
+    );
+
+    // The provider is back: keys again once the agent's backoff allows.
+    s.idp.restart();
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let got = s.get("/stale/x", &token).await;
+        if got.status == 200 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no recovery: {} {}\n{}",
+            got.status,
+            got.body,
+            s.diag()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opaque_tokens_are_introspected_and_cached() {
+    let s = Stack::start().await;
+    let token = s
+        .idp
+        .token("mcp-client", "mcp-secret", "tools:read tools:write", None)
+        .await;
+    assert_eq!(token.split('.').count(), 1, "an opaque token: {token}");
+    for _ in 0..3 {
+        let got = s.get("/opaque/x", &token).await;
+        assert_eq!(got.status, 200, "{}\n{}", got.body, s.diag());
+        assert_eq!(got.echoed_header("x-jwt-client-id").as_deref(), Some("mcp-client"));
+        assert_eq!(
+            got.echoed_header("x-jwt-scope").as_deref(),
+            Some("tools:read tools:write")
+        );
+    }
+    assert_eq!(
+        s.idp.hits("/token/introspection").await,
+        1,
+        "cached after the first answer"
+    );
+    let got = s.get("/opaque/x", "made-up-token").await;
+    assert_eq!(
+        (got.status, got.json()["reason"].clone()),
+        (401, json!("inactive_token"))
+    );
+    assert_eq!(got.header("www-authenticate"), Some("Bearer error=\"invalid_token\""));
+    assert_eq!(s.idp.hits("/token/introspection").await, 2);
+}
+
+fn fetches<'a>(lines: &'a [Value], prefix: &str) -> Vec<&'a Value> {
+    lines
+        .iter()
+        .filter(|l| l["fetch"].as_str().is_some_and(|f| f.starts_with(prefix)))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mcp_sdk_client_finds_the_provider_and_is_authorized_by_scope() {
+    let s = Stack::start().await;
+    let url = s.envoy.url("/mcp");
+    let lines = mcp_client(
+        &url,
+        "mcp-client",
+        "mcp-secret",
+        "tools:read",
+        &["read_data", "write_data", "admin_data"],
+    );
+    let text: Vec<String> = lines.iter().map(Value::to_string).collect();
+    let diag = || format!("{}\n{}", text.join("\n"), s.diag());
+
+    // 1. Without a token: 401 naming the resource metadata.
+    let first = &lines[0];
+    assert_eq!(first["fetch"], format!("POST {url}"), "{}", diag());
+    assert_eq!(first["status"], 401, "{}", diag());
+    let prm = s.envoy.url("/.well-known/oauth-protected-resource/mcp");
+    assert_eq!(
+        first["www"],
+        format!("Bearer resource_metadata=\"{prm}\""),
+        "{}",
+        diag()
+    );
+    // 2. The metadata, from the kernel; 3. the provider's metadata.
+    let got = fetches(&lines, &format!("GET {prm}"));
+    assert_eq!(got.first().map(|l| l["status"].clone()), Some(json!(200)), "{}", diag());
+    let iss = s.idp.issuer();
+    assert!(
+        lines.iter().any(|l| l["fetch"]
+            .as_str()
+            .is_some_and(|f| f.starts_with(&format!("GET {iss}/.well-known/")))
+            && l["status"] == 200),
+        "{}",
+        diag()
+    );
+    // 4. A token by client credentials, for this resource and scope.
+    let tokens = fetches(&lines, &format!("POST {iss}/token"));
+    assert!(!tokens.is_empty(), "{}", diag());
+    let body = tokens[0]["body"].as_str().unwrap_or("");
+    assert!(
+        body.contains("grant_type=client_credentials") && body.contains("scope=tools%3Aread"),
+        "{body}"
+    );
+    let resource = url.replace(':', "%3A").replace('/', "%2F");
+    assert!(body.contains(&format!("resource={resource}")), "{body}");
+    assert!(lines.iter().any(|l| l["connected"] == true), "{}", diag());
+
+    // read_data: tools:read is enough.
+    let result = |lines: &[Value], tool: &str| lines.iter().find(|l| l["tool"] == tool).cloned().unwrap_or(Value::Null);
+    assert_eq!(
+        result(&lines, "read_data")["text"],
+        "read_data ok (bearer)",
+        "{}",
+        diag()
+    );
+    // write_data: 403 insufficient_scope naming tools:write. SDK 1.32.2
+    // reads the challenge and tries once more, but ClientCredentialsProvider
+    // asks the provider for the scope it was built with (its
+    // clientMetadata.scope), not the challenge's; so the call ends in 403.
+    let denied = lines
+        .iter()
+        .find(|l| l["status"] == 403 && l["www"].as_str().is_some_and(|w| w.contains("scope=\"tools:write\"")));
+    let denied = denied.unwrap_or_else(|| panic!("no scope challenge: {}", diag()));
+    assert_eq!(
+        denied["www"],
+        format!("Bearer error=\"insufficient_scope\", scope=\"tools:write\", resource_metadata=\"{prm}\"")
+    );
+    let write = result(&lines, "write_data");
+    assert!(
+        write["error"].as_str().is_some_and(|e| e.contains("403")),
+        "{write}\n{}",
+        diag()
+    );
+
+    // A client built with both scopes: write_data passes; admin_data has no
+    // rule, so no scope would help: 403 without a `scope`.
+    let lines = mcp_client(
+        &url,
+        "mcp-client",
+        "mcp-secret",
+        "tools:read tools:write",
+        &["write_data", "admin_data"],
+    );
+    let text: Vec<String> = lines.iter().map(Value::to_string).collect();
+    let diag = || format!("{}\n{}", text.join("\n"), s.diag());
+    assert_eq!(
+        result(&lines, "write_data")["text"],
+        "write_data ok (bearer)",
+        "{}",
+        diag()
+    );
+    let admin = result(&lines, "admin_data");
+    assert!(
+        admin["error"].as_str().is_some_and(|e| e.contains("403")),
+        "{admin}\n{}",
+        diag()
+    );
+    assert!(
+        lines.iter().any(|l| l["status"] == 403
+            && l["www"] == format!("Bearer error=\"insufficient_scope\", resource_metadata=\"{prm}\"")),
+        "{}",
+        diag()
+    );
+}
