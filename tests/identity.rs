@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use support::idp::{mcp_client, mcp_server, NodeIdp};
-use support::reference::{logs, until_agents_healthy};
 use support::*;
 
 /// The audience of the `/api` and `/stale` routes' tokens.
@@ -121,8 +120,8 @@ struct Stack {
     idp: NodeIdp,
     envoy: Envoy,
     kernel: KernelProc,
-    _auth: reference::RefAgent,
-    _tool: reference::RefAgent,
+    _auth: RefAgent,
+    _tool: RefAgent,
     _mcp: Proc,
     _echo: Upstream,
     dir: tempfile::TempDir,
@@ -146,8 +145,8 @@ impl Stack {
             &["-l", "warning"],
         );
         std::env::set_var(GATEWAY_SECRET_ENV, "gateway-secret");
-        let auth = reference::RefAgent::start(d, "auth", "auth-agent", &[]);
-        let tool = reference::RefAgent::start(d, "tool", "tool-agent", &[]);
+        let auth = RefAgent::start(d, "auth", "auth-agent", &[]);
+        let tool = RefAgent::start(d, "tool", "tool-agent", &[]);
         let agents = format!(
             "  agents:\n{}      timeout_ms: 3000\n      health_check_timeout_ms: 1000\n{}      health_check_timeout_ms: 1000\n",
             auth.entry(),
@@ -155,7 +154,7 @@ impl Stack {
         );
         let gw = envoy.url("").trim_end_matches('/').to_string();
         let kernel = KernelProc::start(d, &format!("{agents}{}", routes(&idp.issuer(), &gw)));
-        until_agents_healthy(&kernel, 2).await;
+        kernel.until_agents_healthy(2).await;
         Stack {
             idp,
             envoy,
@@ -187,8 +186,9 @@ impl Stack {
 
     fn diag(&self) -> String {
         format!(
-            "{}\n--- auth-agent ---\n{}\n--- provider ---\n{}",
-            logs(&self.kernel, &self.envoy),
+            "--- kernel ---\n{}\n--- envoy ---\n{}\n--- auth-agent ---\n{}\n--- provider ---\n{}",
+            self.kernel.log(),
+            self.envoy.log(),
             self.auth_log(),
             self.idp.log()
         )

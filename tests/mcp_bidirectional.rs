@@ -155,12 +155,13 @@ async fn mcp_is_governed_in_both_directions_through_envoy() {
     }
     let kernel = KernelProc::start(dir, &kernel_config(&sock));
     let envoy = Envoy::launch(dir, &envoy_config(&kernel.socket, server.port), &["-l", "warning"]);
-    support::reference::until_agents_healthy(&kernel, 3).await;
+    kernel.until_agents_healthy(3).await;
     let url = envoy.url("/gov/mcp");
     let diag = || {
         format!(
-            "{}\n--- tool-agent ---\n{}\n--- ts server ---\n{}",
-            support::reference::logs(&kernel, &envoy),
+            "--- kernel ---\n{}\n--- envoy ---\n{}\n--- tool-agent ---\n{}\n--- ts server ---\n{}",
+            kernel.log(),
+            envoy.log(),
             std::fs::read_to_string(dir.join("tool-agent.log")).unwrap_or_default(),
             std::fs::read_to_string(&server.log).unwrap_or_default()
         )

@@ -320,6 +320,12 @@ static_resources:
     }
 }
 
+/// The HTTP filters of a test's own Envoy config (one kernel, no retries):
+/// ext_proc to the `policy_kernel` cluster, then the router.
+pub fn ext_proc_filters(message_timeout: &str) -> String {
+    http_filters(message_timeout, false)
+}
+
 /// The HTTP filters: ext_proc to the `policy_kernel` cluster (with gRPC
 /// retries on another host when `retry`), then the router. Indented for an
 /// `http_connection_manager`'s `typed_config`.
