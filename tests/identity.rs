@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use support::idp::{mcp_client, mcp_server, NodeIdp};
+use support::stack::AgentSpec;
 use support::*;
 
 /// The audience of the `/api` and `/stale` routes' tokens.
@@ -115,63 +116,51 @@ fn routes(iss: &str, gw: &str) -> String {
     )
 }
 
-/// Provider, echo upstream, MCP server, Envoy, agents and kernel.
-struct Stack {
+/// Provider, echo upstream, MCP server, Envoy, agents and kernel: the
+/// test stack, with the provider and the MCP server beside it.
+struct IdpStack {
     idp: NodeIdp,
-    envoy: Envoy,
-    kernel: KernelProc,
-    _auth: RefAgent,
-    _tool: RefAgent,
+    stack: Stack,
     _mcp: Proc,
-    _echo: Upstream,
-    dir: tempfile::TempDir,
-    http: reqwest::Client,
 }
 
-impl Stack {
+impl std::ops::Deref for IdpStack {
+    type Target = Stack;
+    fn deref(&self) -> &Stack {
+        &self.stack
+    }
+}
+
+impl IdpStack {
     async fn start() -> Self {
-        let dir = workdir();
-        let d = dir.path();
-        let idp = NodeIdp::start(d);
-        let echo = Upstream::start().await;
-        let (mcp, mcp_port) = mcp_server(d);
-        let kernel_socket = d.join("kernel.sock");
-        // Envoy first: the kernel's routes name Envoy's origin (the MCP
-        // resource), known once Envoy has bound its port. Envoy reaches the
-        // kernel only when a request comes.
-        let envoy = Envoy::launch(
-            d,
-            &envoy_config(&kernel_socket, echo.addr.port(), mcp_port),
-            &["-l", "warning"],
-        );
-        std::env::set_var(GATEWAY_SECRET_ENV, "gateway-secret");
-        let auth = RefAgent::start(d, "auth", "auth-agent", &[]);
-        let tool = RefAgent::start(d, "tool", "tool-agent", &[]);
-        let agents = format!(
-            "  agents:\n{}      timeout_ms: 3000\n      health_check_timeout_ms: 1000\n{}      health_check_timeout_ms: 1000\n",
-            auth.entry(),
-            tool.entry()
-        );
-        let gw = envoy.url("").trim_end_matches('/').to_string();
-        let kernel = KernelProc::start(d, &format!("{agents}{}", routes(&idp.issuer(), &gw)));
-        kernel.until_agents_healthy(2).await;
-        Stack {
-            idp,
-            envoy,
-            kernel,
-            _auth: auth,
-            _tool: tool,
-            _mcp: mcp,
-            _echo: echo,
-            dir,
-            http: reqwest::Client::new(),
-        }
+        let builder = Stack::builder();
+        let d = builder.dir().to_path_buf();
+        let idp = NodeIdp::start(&d);
+        let (mcp, mcp_port) = mcp_server(&d);
+        let health = "      health_check_timeout_ms: 1000\n";
+        // The kernel's routes name Envoy's origin (the MCP resource), known
+        // once Envoy has bound its port: the stack starts without routes,
+        // and they come by a reload.
+        let stack = builder
+            .agent(
+                AgentSpec::bin("auth", "auth-agent", &[])
+                    .env(GATEWAY_SECRET_ENV, "gateway-secret")
+                    .entry(&format!("      timeout_ms: 3000\n{health}")),
+            )
+            .agent(AgentSpec::bin("tool", "tool-agent", &[]).entry(health))
+            .config("  route_policies: []\n")
+            .envoy_config(move |kernel, echo| envoy_config(kernel, echo, mcp_port))
+            .start()
+            .await;
+        let gw = stack.envoy.url("").trim_end_matches('/').to_string();
+        stack.reload(&stack.kernel_body(&routes(&idp.issuer(), &gw))).await;
+        IdpStack { idp, stack, _mcp: mcp }
     }
 
     async fn get(&self, path: &str, token: &str) -> Got {
         let auth = format!("Bearer {token}");
         send(
-            &self.http,
+            &self.client,
             "GET",
             &self.envoy.url(path),
             &[("authorization", &auth)],
@@ -181,7 +170,7 @@ impl Stack {
     }
 
     fn auth_log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("auth.log")).unwrap_or_default()
+        std::fs::read_to_string(self.dir.join("auth.log")).unwrap_or_default()
     }
 
     fn diag(&self) -> String {
@@ -250,7 +239,7 @@ mod base64_url {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn provider_tokens_are_accepted_rotated_keys_picked_up_and_forged_kids_rate_limited() {
-    let s = Stack::start().await;
+    let s = IdpStack::start().await;
     let token = s.idp.token("mcp-client", "mcp-secret", "tools:read", Some(API)).await;
     let got = s.get("/api/x", &token).await;
     assert_eq!(got.status, 200, "{}\n{}", got.body, s.diag());
@@ -269,7 +258,7 @@ async fn provider_tokens_are_accepted_rotated_keys_picked_up_and_forged_kids_rat
         (got.status, got.json()["reason"].clone()),
         (401, json!("wrong_audience"))
     );
-    let got = send(&s.http, "GET", &s.envoy.url("/api/x"), &[], None).await;
+    let got = send(&s.client, "GET", &s.envoy.url("/api/x"), &[], None).await;
     assert_eq!(got.status, 401);
     assert_eq!(
         got.header("www-authenticate"),
@@ -303,7 +292,7 @@ async fn provider_tokens_are_accepted_rotated_keys_picked_up_and_forged_kids_rat
         let batch: Vec<_> = (0..20)
             .map(|i| {
                 let forged = forge_kid(&token, &format!("forged-{sent}-{i}"));
-                let (http, url) = (s.http.clone(), s.envoy.url("/api/x"));
+                let (http, url) = (s.client.clone(), s.envoy.url("/api/x"));
                 tokio::spawn(async move {
                     let auth = format!("Bearer {forged}");
                     send(&http, "GET", &url, &[("authorization", &auth)], None).await
@@ -335,7 +324,7 @@ async fn provider_tokens_are_accepted_rotated_keys_picked_up_and_forged_kids_rat
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_provider_down_cached_keys_serve_for_their_bound_then_fail_closed() {
-    let mut s = Stack::start().await;
+    let mut s = IdpStack::start().await;
     let token = s.idp.token("mcp-client", "mcp-secret", "tools:read", Some(API)).await;
     let got = s.get("/stale/x", &token).await;
     assert_eq!(got.status, 200, "{}\n{}", got.body, s.diag());
@@ -389,7 +378,7 @@ async fn with_the_provider_down_cached_keys_serve_for_their_bound_then_fail_clos
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn opaque_tokens_are_introspected_and_cached() {
-    let s = Stack::start().await;
+    let s = IdpStack::start().await;
     let token = s
         .idp
         .token("mcp-client", "mcp-secret", "tools:read tools:write", None)
@@ -427,7 +416,7 @@ fn fetches<'a>(lines: &'a [Value], prefix: &str) -> Vec<&'a Value> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_mcp_sdk_client_finds_the_provider_and_is_authorized_by_scope() {
-    let s = Stack::start().await;
+    let s = IdpStack::start().await;
     let url = s.envoy.url("/mcp");
     let lines = mcp_client(
         &url,
