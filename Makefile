@@ -31,9 +31,10 @@ $(ENVOY_STAMP):
 
 SUPERVISOR_STAMP := $(VENV)/.supervisor
 RUN            := $(CURDIR)/run
-# `make run` builds with Cargo.toml's `quick-release` profile (quicker to build than
-# `release`, at no measured cost: see Cargo.toml); RUN_PROFILE=release runs
-# the tuned binaries of `make release` instead.
+# `make run` builds with Cargo.toml's `quick-release` profile (thin LTO:
+# quicker to build than `release`, a few per cent more instructions per
+# request; benches/RESULTS.md 2026-11-25 23:30); RUN_PROFILE=release runs the
+# tuned binaries of `make release` instead.
 RUN_PROFILE   ?= quick-release
 export PE_BIN        := $(CURDIR)/target/$(RUN_PROFILE)
 export PE_RUN        := $(RUN)
