@@ -191,7 +191,8 @@ async fn tool_agent_governs_mcp_calls() {
             "mcpToolAuthorization",
             "mcpToolFilter",
             "toolArgumentGuard",
-            "toolSchemaValidation"
+            "toolSchemaValidation",
+            "mcpServerRequestGuard"
         ]
     );
     let mut client = agent.client().await;
