@@ -20,6 +20,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use support::envoy::{self, EnvoyConfig, KernelAt};
 use support::mcp_ts::{ts_session, TsServer};
 use support::stack::AgentSpec;
 use support::*;
@@ -57,58 +58,21 @@ fn routes() -> String {
     )
 }
 
+/// Envoy: `/gov` to the MCP server's `/mcp` (route `gov`), no timeouts on
+/// its long-lived event streams.
 fn envoy_config(kernel: &Path, upstream: u16) -> String {
-    format!(
-        r#"admin:
-  address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}
-static_resources:
-  listeners:
-  - name: main
-    address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: ingress
-          stream_idle_timeout: 0s
-          access_log:
-          - name: envoy.access_loggers.stdout
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StdoutAccessLog
-              log_format:
-                text_format_source:
-                  inline_string: "ACCESS %REQ(:METHOD)% %REQ(:PATH)% %RESPONSE_CODE% %RESP(CONTENT-TYPE)% %DYNAMIC_METADATA(policy_kernel)%\n"
-          route_config:
-            name: local
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              routes:
-              - name: gov
-                match: {{prefix: "/gov"}}
-                route: {{cluster: upstream, timeout: 0s, prefix_rewrite: "/mcp"}}
-{filters}  clusters:
-  - name: policy_kernel
-    type: STATIC
-    connect_timeout: 1s
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: {{http2_protocol_options: {{}}}}
-    load_assignment:
-      cluster_name: policy_kernel
-      endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{pipe: {{path: {kernel}}}}}}}}}]}}]
-  - name: upstream
-    type: STATIC
-    connect_timeout: 1s
-    load_assignment:
-      cluster_name: upstream
-      endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {upstream}}}}}}}}}]}}]
-"#,
-        kernel = kernel.display(),
-        filters = support::envoy::ext_proc_filters("5s")
-    )
+    EnvoyConfig {
+        kernels: vec![KernelAt::Socket(kernel)],
+        upstream,
+        access_log:
+            "ACCESS %REQ(:METHOD)% %REQ(:PATH)% %RESPONSE_CODE% %RESP(CONTENT-TYPE)% %DYNAMIC_METADATA(policy_kernel)%",
+        routes: envoy::route("gov", "/gov", ", timeout: 0s, prefix_rewrite: \"/mcp\""),
+        message_timeout: "5s".into(),
+        buffer_limit: None,
+        upstream_limits: false,
+        no_idle_timeout: true,
+    }
+    .render()
 }
 
 fn bearer(token: &str) -> Value {

@@ -69,6 +69,7 @@ fn envoy_config(kernel: &Path, upstream: u16) -> String {
         message_timeout: "5s".into(),
         buffer_limit: None,
         upstream_limits: false,
+        no_idle_timeout: false,
     }
     .render()
 }

@@ -162,6 +162,9 @@ pub struct EnvoyConfig<'a> {
     /// The upstream cluster's circuit breakers raised as the kernel's are
     /// (Envoy's defaults if false).
     pub upstream_limits: bool,
+    /// No stream idle timeout on the listener (Envoy's is 5 min), for
+    /// long-lived event streams.
+    pub no_idle_timeout: bool,
 }
 
 impl<'a> EnvoyConfig<'a> {
@@ -186,6 +189,7 @@ impl<'a> EnvoyConfig<'a> {
             message_timeout: "5s".into(),
             buffer_limit: None,
             upstream_limits: false,
+            no_idle_timeout: false,
         }
     }
 
@@ -208,6 +212,7 @@ impl<'a> EnvoyConfig<'a> {
             message_timeout: format!("{}s", opts.message_timeout_ms as f64 / 1000.0),
             buffer_limit: Some(opts.buffer_limit),
             upstream_limits: true,
+            no_idle_timeout: false,
         }
     }
 
@@ -278,7 +283,7 @@ static_resources:
         typed_config:
           "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
           stat_prefix: ingress
-          access_log:
+{idle}          access_log:
           - name: envoy.access_loggers.stdout
             typed_config:
               "@type": type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StdoutAccessLog
@@ -312,6 +317,11 @@ static_resources:
       endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {upstream}}}}}}}}}]}}]
 "#,
             log = self.access_log,
+            idle = if self.no_idle_timeout {
+                "          stream_idle_timeout: 0s\n"
+            } else {
+                ""
+            },
             routes = self.routes,
             filters = http_filters(&self.message_timeout, two),
             endpoints = endpoints.join(", "),
