@@ -11,6 +11,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use support::envoy::{EnvoyConfig, KernelAt};
 use support::idp::{mcp_client, mcp_server, NodeIdp};
 use support::stack::AgentSpec;
 use support::*;
@@ -23,65 +24,29 @@ const GATEWAY_SECRET_ENV: &str = "IDP_GATEWAY_SECRET";
 /// echo upstream or the MCP server.
 fn envoy_config(kernel: &std::path::Path, echo: u16, mcp: u16) -> String {
     let routes = [
-        ("prm", "/.well-known/oauth-protected-resource", "echo"),
+        ("prm", "/.well-known/oauth-protected-resource", "upstream"),
         ("mcp", "/mcp", "mcp"),
-        ("api", "/api", "echo"),
-        ("stale", "/stale", "echo"),
-        ("opaque", "/opaque", "echo"),
+        ("api", "/api", "upstream"),
+        ("stale", "/stale", "upstream"),
+        ("opaque", "/opaque", "upstream"),
     ]
     .iter()
     .map(|(name, prefix, cluster)| {
         format!("              - name: {name}\n                match: {{prefix: \"{prefix}\"}}\n                route: {{cluster: {cluster}, timeout: 30s}}\n")
     })
     .collect::<String>();
-    let cluster = |name: &str, port: u16| {
-        format!(
-            "  - name: {name}\n    type: STATIC\n    connect_timeout: 1s\n    load_assignment:\n      cluster_name: {name}\n      endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {port}}}}}}}}}]}}]\n"
-        )
-    };
-    format!(
-        r#"admin:
-  address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}
-static_resources:
-  listeners:
-  - name: main
-    address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: ingress
-          access_log:
-          - name: envoy.access_loggers.stdout
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StdoutAccessLog
-              log_format:
-                text_format_source:
-                  inline_string: "ACCESS %REQ(:METHOD)% %REQ(:PATH)% %RESPONSE_CODE% %DYNAMIC_METADATA(policy_kernel)%\n"
-          route_config:
-            name: local
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              routes:
-{routes}{filters}  clusters:
-  - name: policy_kernel
-    type: STATIC
-    connect_timeout: 1s
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: {{http2_protocol_options: {{}}}}
-    load_assignment:
-      cluster_name: policy_kernel
-      endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{pipe: {{path: {kernel}}}}}}}}}]}}]
-{echo}{mcp}"#,
-        kernel = kernel.display(),
-        filters = envoy::ext_proc_filters("5s"),
-        echo = cluster("echo", echo),
-        mcp = cluster("mcp", mcp),
-    )
+    EnvoyConfig {
+        kernels: vec![KernelAt::Socket(kernel)],
+        upstream: echo,
+        access_log: "ACCESS %REQ(:METHOD)% %REQ(:PATH)% %RESPONSE_CODE% %DYNAMIC_METADATA(policy_kernel)%",
+        routes,
+        message_timeout: "5s".into(),
+        buffer_limit: None,
+        upstream_limits: false,
+        no_idle_timeout: false,
+        extra_clusters: vec![("mcp", mcp)],
+    }
+    .render()
 }
 
 /// The kernel's routes; `gw` is Envoy's origin (what MCP clients call).

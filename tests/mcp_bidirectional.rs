@@ -71,6 +71,7 @@ fn envoy_config(kernel: &Path, upstream: u16) -> String {
         buffer_limit: None,
         upstream_limits: false,
         no_idle_timeout: true,
+        extra_clusters: Vec::new(),
     }
     .render()
 }

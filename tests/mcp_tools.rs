@@ -70,6 +70,7 @@ fn envoy_config(kernel: &Path, upstream: u16) -> String {
         buffer_limit: None,
         upstream_limits: false,
         no_idle_timeout: false,
+        extra_clusters: Vec::new(),
     }
     .render()
 }

@@ -165,6 +165,8 @@ pub struct EnvoyConfig<'a> {
     /// No stream idle timeout on the listener (Envoy's is 5 min), for
     /// long-lived event streams.
     pub no_idle_timeout: bool,
+    /// More upstream clusters beside `upstream`: (name, port on loopback).
+    pub extra_clusters: Vec<(&'a str, u16)>,
 }
 
 impl<'a> EnvoyConfig<'a> {
@@ -190,6 +192,7 @@ impl<'a> EnvoyConfig<'a> {
             buffer_limit: None,
             upstream_limits: false,
             no_idle_timeout: false,
+            extra_clusters: Vec::new(),
         }
     }
 
@@ -213,6 +216,7 @@ impl<'a> EnvoyConfig<'a> {
             buffer_limit: Some(opts.buffer_limit),
             upstream_limits: true,
             no_idle_timeout: false,
+            extra_clusters: Vec::new(),
         }
     }
 
@@ -315,7 +319,7 @@ static_resources:
 {upstream_limits}    load_assignment:
       cluster_name: upstream
       endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {upstream}}}}}}}}}]}}]
-"#,
+{extra}"#,
             log = self.access_log,
             idle = if self.no_idle_timeout {
                 "          stream_idle_timeout: 0s\n"
@@ -326,14 +330,13 @@ static_resources:
             filters = http_filters(&self.message_timeout, two),
             endpoints = endpoints.join(", "),
             upstream = self.upstream,
+            extra = self
+                .extra_clusters
+                .iter()
+                .map(|(name, port)| format!("  - name: {name}\n    type: STATIC\n    connect_timeout: 1s\n    load_assignment:\n      cluster_name: {name}\n      endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {port}}}}}}}}}]}}]\n"))
+                .collect::<String>(),
         )
     }
-}
-
-/// The HTTP filters of a test's own Envoy config (one kernel, no retries):
-/// ext_proc to the `policy_kernel` cluster, then the router.
-pub fn ext_proc_filters(message_timeout: &str) -> String {
-    http_filters(message_timeout, false)
 }
 
 /// The HTTP filters: ext_proc to the `policy_kernel` cluster (with gRPC
