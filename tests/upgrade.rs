@@ -560,15 +560,29 @@ async fn upgrade_runs_the_binary_installed_at_the_path_and_keeps_the_management_
     let dir = tmp.path();
     // The installed binary: a copy of the kernel; the "new version"
     // installed over it is a script that leaves a mark, then runs the kernel.
+    //
+    // Executables are written by `cp`, never through a descriptor of this
+    // process: the other tests here fork concurrently, and a fork that
+    // inherits an open write descriptor of a file makes executing that
+    // file fail with "Text file busy" until the child calls exec.
     let bin = dir.join("policy-kernel");
     let real = env!("CARGO_BIN_EXE_policy-kernel");
     let next = dir.join("policy-kernel.next");
-    std::fs::copy(real, &next).expect("copy the kernel");
-    std::fs::rename(&next, &bin).expect("install");
-    let install = |script: &str| {
-        std::fs::write(&next, script).expect("write binary");
+    let copy = |from: &Path| {
+        let status = std::process::Command::new("cp")
+            .arg(from)
+            .arg(&next)
+            .status()
+            .expect("run cp");
+        assert!(status.success(), "cp {} failed", from.display());
         std::fs::set_permissions(&next, std::fs::Permissions::from_mode(0o755)).expect("chmod");
         std::fs::rename(&next, &bin).expect("install");
+    };
+    copy(Path::new(real));
+    let source = dir.join("next-version.sh");
+    let install = |script: &str| {
+        std::fs::write(&source, script).expect("write the new version");
+        copy(&source);
     };
     let mark = dir.join("new-version-ran");
     let mgmt = dir.join("mgmt.sock");
