@@ -87,6 +87,8 @@ struct IdpStack {
     idp: NodeIdp,
     stack: Stack,
     _mcp: Proc,
+    /// The auth agent's `--metrics-addr` port.
+    agent_metrics: u16,
 }
 
 impl std::ops::Deref for IdpStack {
@@ -103,12 +105,14 @@ impl IdpStack {
         let idp = NodeIdp::start(&d);
         let (mcp, mcp_port) = mcp_server(&d);
         let health = "      health_check_timeout_ms: 1000\n";
+        let agent_metrics = free_port();
+        let metrics_flag = format!("--metrics-addr=127.0.0.1:{agent_metrics}");
         // The kernel's routes name Envoy's origin (the MCP resource), known
         // once Envoy has bound its port: the stack starts without routes,
         // and they come by a reload.
         let stack = builder
             .agent(
-                AgentSpec::bin("auth", "auth-agent", &[])
+                AgentSpec::bin("auth", "auth-agent", &[&metrics_flag])
                     .env(GATEWAY_SECRET_ENV, "gateway-secret")
                     .entry(&format!("      timeout_ms: 3000\n{health}")),
             )
@@ -119,7 +123,17 @@ impl IdpStack {
             .await;
         let gw = stack.envoy.url("").trim_end_matches('/').to_string();
         stack.reload(&stack.kernel_body(&routes(&idp.issuer(), &gw))).await;
-        IdpStack { idp, stack, _mcp: mcp }
+        IdpStack {
+            idp,
+            stack,
+            _mcp: mcp,
+            agent_metrics,
+        }
+    }
+
+    /// One sample of the auth agent's metrics (0 if absent).
+    fn agent_metric(&self, series: &str) -> f64 {
+        sample(&http_get(self.agent_metrics, "/metrics").1, series)
     }
 
     async fn get(&self, path: &str, token: &str) -> Got {
@@ -285,6 +299,39 @@ async fn provider_tokens_are_accepted_rotated_keys_picked_up_and_forged_kids_rat
         "{fetched} fetches for {sent} forged kids in {elapsed:.1} s"
     );
     assert!(s.auth_log().contains("unknown key id: refreshing the keys"));
+
+    // The same story in the auth agent's metrics.
+    let iss = s.idp.issuer();
+    let series = |name: &str, result: &str| format!("{name}{{result=\"{result}\",source=\"{iss}\"}}");
+    let fetches = s.agent_metric(&series("policy_agent_jwks_fetches_total", "ok"));
+    let refreshed = s.agent_metric(&series("policy_agent_jwks_unknown_kid_total", "refreshed"));
+    let limited = s.agent_metric(&series("policy_agent_jwks_unknown_kid_total", "rate_limited"));
+    let metrics = || http_get(s.agent_metrics, "/metrics").1;
+    // (a refetch started by the flood's last tokens may still be landing)
+    let hits = s.idp.hits("/jwks").await;
+    assert!(
+        fetches as u64 <= hits && fetches as u64 + 1 >= hits,
+        "{hits} hits\n{}",
+        metrics()
+    );
+    assert!(refreshed >= 2.0 && refreshed <= 1.0 + allowed as f64, "{}", metrics());
+    // Forged kids are refused without a fetch (rate_limited), or join the
+    // one fetch in flight.
+    assert!(
+        limited >= f64::from(sent) / 2.0 && limited <= f64::from(sent),
+        "{limited} of {sent}\n{}",
+        metrics()
+    );
+    assert!(
+        s.agent_metric(&format!("policy_agent_jwks_keys{{source=\"{iss}\"}}")) >= 2.0,
+        "{}",
+        metrics()
+    );
+    assert!(
+        s.agent_metric(&format!(
+            "policy_agent_jwks_last_fetch_timestamp_seconds{{source=\"{iss}\"}}"
+        )) > 1.7e9
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -314,6 +361,18 @@ async fn with_the_provider_down_cached_keys_serve_for_their_bound_then_fail_clos
     assert_eq!(got.json()["reason"], "keys_unavailable");
     assert_eq!(got.header("retry-after"), Some("5"));
     assert!(s.auth_log().contains("no usable keys from the identity provider"));
+    let iss = s.idp.issuer();
+    for series in [
+        format!("policy_agent_jwks_stale_verifications_total{{source=\"{iss}\"}}"),
+        format!("policy_agent_jwks_unavailable_total{{source=\"{iss}\"}}"),
+        format!("policy_agent_jwks_fetches_total{{result=\"error\",source=\"{iss}\"}}"),
+    ] {
+        assert!(
+            s.agent_metric(&series) >= 1.0,
+            "{series}\n{}",
+            http_get(s.agent_metrics, "/metrics").1
+        );
+    }
     assert!(
         s.kernel.metric(
             "policy_kernel_immediate_responses_total{reason=\"idp_unavailable\",route=\"stale\",status=\"503\"}"
@@ -370,6 +429,16 @@ async fn opaque_tokens_are_introspected_and_cached() {
     );
     assert_eq!(got.header("www-authenticate"), Some("Bearer error=\"invalid_token\""));
     assert_eq!(s.idp.hits("/token/introspection").await, 2);
+    let endpoint = format!("{}/token/introspection", s.idp.issuer());
+    for result in ["active", "inactive"] {
+        let series = format!("policy_agent_introspection_total{{endpoint=\"{endpoint}\",result=\"{result}\"}}");
+        assert_eq!(
+            s.agent_metric(&series),
+            1.0,
+            "{series}\n{}",
+            http_get(s.agent_metrics, "/metrics").1
+        );
+    }
 }
 
 fn fetches<'a>(lines: &'a [Value], prefix: &str) -> Vec<&'a Value> {

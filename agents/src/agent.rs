@@ -2,6 +2,7 @@
 //! SIGTERM (or SIGINT), then drains in-flight calls and exits.
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,6 +25,14 @@ pub enum AgentError {
     /// The gRPC server failed.
     #[error("grpc server: {0}")]
     Transport(#[from] tonic::transport::Error),
+    /// The metrics endpoint could not be bound.
+    #[error("metrics endpoint {addr}: {source}")]
+    Metrics {
+        /// The address of `--metrics-addr`.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
     /// Signal handlers could not be installed.
     #[error("installing signal handlers: {0}")]
     Signal(std::io::Error),
@@ -37,6 +46,7 @@ pub struct AgentBuilder {
     socket_mode: u32,
     drain_timeout: Duration,
     max_message_size: usize,
+    metrics_addr: Option<SocketAddr>,
 }
 
 impl AgentBuilder {
@@ -64,6 +74,13 @@ impl AgentBuilder {
         self
     }
 
+    /// Serves the agent's Prometheus metrics on `addr` (see
+    /// [`metrics`](crate::metrics)); off by default.
+    pub fn metrics_addr(mut self, addr: Option<SocketAddr>) -> Self {
+        self.metrics_addr = addr;
+        self
+    }
+
     /// Builds the agent, checking that policy names are unique.
     pub fn build(self) -> Result<Agent, AgentError> {
         let registry = Registry::new(self.policies).map_err(AgentError::DuplicatePolicy)?;
@@ -77,6 +94,7 @@ impl AgentBuilder {
             socket_mode: self.socket_mode,
             drain_timeout: self.drain_timeout,
             max_message_size: self.max_message_size,
+            metrics_addr: self.metrics_addr,
         })
     }
 
@@ -93,6 +111,7 @@ pub struct Agent {
     socket_mode: u32,
     drain_timeout: Duration,
     max_message_size: usize,
+    metrics_addr: Option<SocketAddr>,
 }
 
 /// Installs SIGTERM and SIGINT handlers; the future resolves on the first one.
@@ -118,6 +137,7 @@ impl Agent {
             socket_mode: 0o660,
             drain_timeout: Duration::from_secs(30),
             max_message_size: 16 * 1024 * 1024,
+            metrics_addr: None,
         }
     }
 
@@ -162,6 +182,13 @@ impl Agent {
             })
         })?;
         let shared = Arc::clone(&self.shared);
+        crate::metrics::record_info(&shared.name, &shared.version);
+        if let Some(addr) = self.metrics_addr {
+            let bound = crate::metrics::serve(addr)
+                .await
+                .map_err(|source| AgentError::Metrics { addr, source })?;
+            tracing::info!(address = %bound, "metrics on http://{bound}/metrics");
+        }
         let drain_timeout = self.drain_timeout;
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let server = tonic::transport::Server::builder()

@@ -23,6 +23,10 @@ pub struct ServeArgs {
     /// single-threaded runtime when that is one CPU; 1 = single-threaded.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub worker_threads: usize,
+    /// Serve the agent's Prometheus metrics on this address (`/metrics`),
+    /// for example 127.0.0.1:9101; off when unset.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 impl ServeArgs {
@@ -37,6 +41,7 @@ impl ServeArgs {
         builder
             .socket_mode(self.socket_mode)
             .drain_timeout(Duration::from_secs(self.drain_timeout_s))
+            .metrics_addr(self.metrics_addr)
     }
 }
 

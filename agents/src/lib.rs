@@ -102,6 +102,7 @@ pub mod client;
 mod context;
 mod convert;
 mod describe;
+pub mod metrics;
 mod outcome;
 mod params;
 mod policy;

@@ -201,10 +201,7 @@ impl KernelProc {
     /// (labels in alphabetical order, as Prometheus renders them); 0 if absent.
     pub fn metric(&self, sample: &str) -> f64 {
         let (_, text) = self.admin_get("/metrics");
-        text.lines()
-            .find_map(|l| l.strip_prefix(sample).and_then(|rest| rest.strip_prefix(' ')))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0.0)
+        super::sample(&text, sample)
     }
 
     /// Waits until the kernel has discovered `count` agents, all healthy.

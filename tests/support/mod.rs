@@ -191,6 +191,15 @@ impl Drop for Proc {
     }
 }
 
+/// The value of one sample in Prometheus text (`name{label="v",...}`, labels
+/// in alphabetical order, as rendered); 0 if absent.
+pub fn sample(text: &str, sample: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(sample).and_then(|rest| rest.strip_prefix(' ')))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
 /// A blocking HTTP/1.1 GET on loopback: (status, body).
 pub fn http_get(port: u16, path: &str) -> (u16, String) {
     use std::io::{Read, Write};

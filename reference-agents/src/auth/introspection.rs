@@ -285,10 +285,13 @@ impl TokenIntrospection {
             match result {
                 Ok(answer) => {
                     let entry = entry_for(&cfg2, answer);
+                    let result = if entry.claims.is_some() { "active" } else { "inactive" };
+                    super::metrics::introspected(cfg2.endpoint.as_str(), result);
                     cache.lock().unwrap_or_else(|e| e.into_inner()).put(key, entry.clone());
                     Some(entry)
                 }
                 Err(e) => {
+                    super::metrics::introspected(cfg2.endpoint.as_str(), "error");
                     tracing::warn!(policy = NAME, error = %e, "token introspection failed");
                     None
                 }

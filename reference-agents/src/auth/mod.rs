@@ -23,6 +23,8 @@
 //! * `fetch`: HTTPS to providers (endpoint checks, CA file, bounded reads).
 //! * `introspection`: `tokenIntrospection`.
 //! * `resource_metadata`: `oauthProtectedResource` and the challenges.
+//! * `metrics`: the Prometheus series of key fetches, refreshes, stale
+//!   keys and introspection (the agent's `--metrics-addr`).
 
 mod api_key;
 mod fetch;
@@ -30,6 +32,7 @@ mod introspection;
 mod jwks;
 mod jwt;
 mod jwt_params;
+mod metrics;
 mod remote_keys;
 mod resource_metadata;
 mod roles;

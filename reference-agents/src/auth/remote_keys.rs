@@ -19,11 +19,11 @@
 //!   answers 503: it fails closed). Failed fetches back off (1 s doubling
 //!   to 30 s) so a provider that is down is not asked on every request.
 //!
-//! Counters per key source ([`Stats`]) go into every log line about it.
+//! Counters per key source ([`Stats`]) go into every log line about it and
+//! into the agent's metrics ([`super::metrics`]).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
@@ -34,6 +34,7 @@ use url::Url;
 
 use super::fetch::{self, FetchError};
 use super::jwks::{find_key, jwk_set_keys, SetOrigin, VerifyKey};
+use super::metrics::{bump, Stats};
 
 /// Lifetime of a JWK set whose answer has no `Cache-Control` lifetime.
 const DEFAULT_TTL: Duration = Duration::from_secs(300);
@@ -82,31 +83,6 @@ pub(crate) enum Lookup {
     Unavailable,
 }
 
-/// Counters of one key source, written into its log lines.
-#[derive(Debug, Default)]
-pub(crate) struct Stats {
-    /// Successful fetches of the JWK set.
-    pub(crate) fetches: AtomicU64,
-    /// Failed fetches (discovery or JWK set).
-    pub(crate) failures: AtomicU64,
-    /// Refreshes triggered by an unknown `kid`.
-    pub(crate) kid_refreshes: AtomicU64,
-    /// Unknown `kid`s refused without a refresh (the interval had not passed).
-    pub(crate) kid_refreshes_limited: AtomicU64,
-    /// Tokens verified with keys past their lifetime.
-    pub(crate) stale_used: AtomicU64,
-    /// Tokens refused because no usable key set was there.
-    pub(crate) unavailable: AtomicU64,
-}
-
-fn get(c: &AtomicU64) -> u64 {
-    c.load(Ordering::Relaxed)
-}
-
-fn bump(c: &AtomicU64) -> u64 {
-    c.fetch_add(1, Ordering::Relaxed) + 1
-}
-
 struct Snapshot {
     keys: Arc<Vec<VerifyKey>>,
     fresh_until: Instant,
@@ -152,6 +128,7 @@ impl RemoteKeys {
             Source::JwksUri(u) => Some(u.clone()),
             Source::Discovery(_) => None,
         };
+        let stats = Stats::new(&source_name(&cfg.source));
         Ok(RemoteKeys {
             cfg,
             client,
@@ -159,7 +136,7 @@ impl RemoteKeys {
             jwks_uri: Mutex::new(jwks_uri),
             inflight: Mutex::new(None),
             gate: Mutex::new(Gate::default()),
-            stats: Stats::default(),
+            stats,
         })
     }
 
@@ -170,10 +147,7 @@ impl RemoteKeys {
     }
 
     fn source(&self) -> String {
-        match &self.cfg.source {
-            Source::Discovery(issuer) => issuer.clone(),
-            Source::JwksUri(u) => u.to_string(),
-        }
+        source_name(&self.cfg.source)
     }
 
     fn current(&self) -> Option<Arc<Snapshot>> {
@@ -222,7 +196,7 @@ impl RemoteKeys {
                 Some(index) => {
                     let n = bump(&self.stats.stale_used);
                     if self.may_warn(Warning::Stale) {
-                        tracing::warn!(source = %self.source(), stale_used = n, failures = get(&self.stats.failures),
+                        tracing::warn!(source = %self.source(), stale_used = n, failures = self.stats.failures.get(),
                             "identity provider unreachable: verifying with stale keys");
                     }
                     found(&snap, index, true)
@@ -232,7 +206,7 @@ impl RemoteKeys {
             None => {
                 let n = bump(&self.stats.unavailable);
                 if self.may_warn(Warning::Unavailable) {
-                    tracing::warn!(source = %self.source(), unavailable = n, failures = get(&self.stats.failures),
+                    tracing::warn!(source = %self.source(), unavailable = n, failures = self.stats.failures.get(),
                         "no usable keys from the identity provider: refusing tokens");
                 }
                 Lookup::Unavailable
@@ -339,12 +313,13 @@ impl RemoteKeys {
                 gate.failures = 0;
                 gate.retry_at = None;
                 drop(gate);
-                let n = bump(&self.stats.fetches);
+                self.stats.fetched(count);
+                let n = self.stats.fetches.get();
                 tracing::info!(
                     source = %self.source(), keys = count, ttl_s = ttl.as_secs(), fetches = n,
-                    failures = get(&self.stats.failures), kid_refreshes = get(&self.stats.kid_refreshes),
-                    kid_refreshes_limited = get(&self.stats.kid_refreshes_limited),
-                    stale_used = get(&self.stats.stale_used), unavailable = get(&self.stats.unavailable),
+                    failures = self.stats.failures.get(), kid_refreshes = self.stats.kid_refreshes.get(),
+                    kid_refreshes_limited = self.stats.kid_refreshes_limited.get(),
+                    stale_used = self.stats.stale_used.get(), unavailable = self.stats.unavailable.get(),
                     "identity provider keys fetched"
                 );
                 Ok(())
@@ -388,6 +363,14 @@ impl RemoteKeys {
             .unwrap_or(DEFAULT_TTL)
             .clamp(self.cfg.cache_min, self.cfg.cache_max);
         Ok((keys, ttl))
+    }
+}
+
+/// A source as logs and metrics name it: the issuer, or the JWK set URL.
+fn source_name(source: &Source) -> String {
+    match source {
+        Source::Discovery(issuer) => issuer.clone(),
+        Source::JwksUri(u) => u.to_string(),
     }
 }
 

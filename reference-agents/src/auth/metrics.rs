@@ -1,0 +1,162 @@
+//! The identity policies' Prometheus series, on the agent's `--metrics-addr`
+//! ([`policy_agents::metrics`]). Labelled by key source (the issuer, or the
+//! `jwks_uri`) or introspection endpoint: one series per configured
+//! provider, never per token.
+//!
+//! | series | meaning |
+//! |---|---|
+//! | `policy_agent_jwks_fetches_total{source, result}` | key set fetches, `ok` or `error` (discovery or JWK set) |
+//! | `policy_agent_jwks_unknown_kid_total{source, result}` | tokens naming a `kid` the fresh set lacks: `refreshed` (a refetch started) or `rate_limited` (refused without one) |
+//! | `policy_agent_jwks_stale_verifications_total{source}` | tokens verified with keys past their lifetime while the provider was unreachable |
+//! | `policy_agent_jwks_unavailable_total{source}` | tokens refused because no usable key set was there (503 `keys_unavailable`) |
+//! | `policy_agent_jwks_keys{source}` | keys in the last set fetched |
+//! | `policy_agent_jwks_last_fetch_timestamp_seconds{source}` | when the last set was fetched (Unix time) |
+//! | `policy_agent_introspection_total{endpoint, result}` | introspection calls: `active`, `inactive` or `error` |
+
+use std::sync::OnceLock;
+
+use policy_agents::metrics::prometheus::{Gauge, GaugeVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts};
+use policy_agents::metrics::register;
+
+struct Families {
+    fetches: IntCounterVec,
+    unknown_kid: IntCounterVec,
+    stale: IntCounterVec,
+    unavailable: IntCounterVec,
+    keys: IntGaugeVec,
+    fetched_at: GaugeVec,
+    introspection: IntCounterVec,
+}
+
+fn counter(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    register(IntCounterVec::new(Opts::new(name, help), labels).expect("a valid metric definition"))
+}
+
+fn families() -> &'static Families {
+    static F: OnceLock<Families> = OnceLock::new();
+    F.get_or_init(|| Families {
+        fetches: counter(
+            "policy_agent_jwks_fetches_total",
+            "Key set fetches from identity providers, by result (ok, error)",
+            &["source", "result"],
+        ),
+        unknown_kid: counter(
+            "policy_agent_jwks_unknown_kid_total",
+            "Tokens naming a key id the fresh key set lacks: refreshed (a refetch started) or rate_limited",
+            &["source", "result"],
+        ),
+        stale: counter(
+            "policy_agent_jwks_stale_verifications_total",
+            "Tokens verified with keys past their lifetime while the provider was unreachable",
+            &["source"],
+        ),
+        unavailable: counter(
+            "policy_agent_jwks_unavailable_total",
+            "Tokens refused because no usable key set was there",
+            &["source"],
+        ),
+        keys: register(
+            IntGaugeVec::new(
+                Opts::new("policy_agent_jwks_keys", "Keys in the last key set fetched"),
+                &["source"],
+            )
+            .expect("a valid metric definition"),
+        ),
+        fetched_at: register(
+            GaugeVec::new(
+                Opts::new(
+                    "policy_agent_jwks_last_fetch_timestamp_seconds",
+                    "When the last key set was fetched (Unix time)",
+                ),
+                &["source"],
+            )
+            .expect("a valid metric definition"),
+        ),
+        introspection: counter(
+            "policy_agent_introspection_total",
+            "Token introspection calls, by result (active, inactive, error)",
+            &["endpoint", "result"],
+        ),
+    })
+}
+
+/// The series of one key source; the counters also go into its log lines.
+#[derive(Debug)]
+pub(crate) struct Stats {
+    /// Successful fetches of the JWK set.
+    pub(crate) fetches: IntCounter,
+    /// Failed fetches (discovery or JWK set).
+    pub(crate) failures: IntCounter,
+    /// Refreshes triggered by an unknown `kid`.
+    pub(crate) kid_refreshes: IntCounter,
+    /// Unknown `kid`s refused without a refresh (the interval had not passed).
+    pub(crate) kid_refreshes_limited: IntCounter,
+    /// Tokens verified with keys past their lifetime.
+    pub(crate) stale_used: IntCounter,
+    /// Tokens refused because no usable key set was there.
+    pub(crate) unavailable: IntCounter,
+    /// Keys in the last set.
+    pub(crate) keys: IntGauge,
+    /// When the last set was fetched.
+    pub(crate) fetched_at: Gauge,
+}
+
+impl Stats {
+    /// The series of `source`.
+    pub(crate) fn new(source: &str) -> Stats {
+        let f = families();
+        Stats {
+            fetches: f.fetches.with_label_values(&[source, "ok"]),
+            failures: f.fetches.with_label_values(&[source, "error"]),
+            kid_refreshes: f.unknown_kid.with_label_values(&[source, "refreshed"]),
+            kid_refreshes_limited: f.unknown_kid.with_label_values(&[source, "rate_limited"]),
+            stale_used: f.stale.with_label_values(&[source]),
+            unavailable: f.unavailable.with_label_values(&[source]),
+            keys: f.keys.with_label_values(&[source]),
+            fetched_at: f.fetched_at.with_label_values(&[source]),
+        }
+    }
+
+    /// Records a fetched set of `count` keys.
+    pub(crate) fn fetched(&self, count: usize) {
+        self.fetches.inc();
+        self.keys.set(i64::try_from(count).unwrap_or(i64::MAX));
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        self.fetched_at.set(now);
+    }
+}
+
+/// Counts one introspection call of `endpoint`: `active`, `inactive` or `error`.
+pub(crate) fn introspected(endpoint: &str, result: &str) {
+    families().introspection.with_label_values(&[endpoint, result]).inc();
+}
+
+/// Adds one to `c` and returns the new count.
+pub(crate) fn bump(c: &IntCounter) -> u64 {
+    c.inc();
+    c.get()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_source_has_its_series() {
+        let s = Stats::new("https://idp.metrics-test.example");
+        s.fetched(3);
+        bump(&s.kid_refreshes_limited);
+        introspected("https://idp.metrics-test.example/introspect", "active");
+        let text = policy_agents::metrics::render();
+        for line in [
+            "policy_agent_jwks_fetches_total{result=\"ok\",source=\"https://idp.metrics-test.example\"} 1",
+            "policy_agent_jwks_keys{source=\"https://idp.metrics-test.example\"} 3",
+            "policy_agent_jwks_unknown_kid_total{result=\"rate_limited\",source=\"https://idp.metrics-test.example\"} 1",
+            "policy_agent_introspection_total{endpoint=\"https://idp.metrics-test.example/introspect\",result=\"active\"} 1",
+        ] {
+            assert!(text.contains(line), "{line} missing from:\n{text}");
+        }
+    }
+}
