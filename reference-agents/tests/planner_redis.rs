@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use common::redis_server::Redis;
 use policy_agents::testing::{TestCall, TestRequest, TestResponse};
-use reference_agents::planner::session_store::MAX_SEEN;
 use reference_agents::planner::{ContextBudget, FutilityGuard, SessionStore};
+use reference_agents::sessions::MAX_SEEN;
 use serde_json::json;
 
 const TTL: Duration = Duration::from_secs(60);
@@ -200,4 +200,38 @@ async fn server_requests_are_answered_once_across_agents() {
     assert_eq!(shared, [false, true, false, true, false]);
     let memory = SessionStore::memory();
     assert_eq!(asked(&memory, &memory.clone()).await, shared, "same answers in memory");
+}
+
+/// The owners of A2A tasks (`a2aTaskOwnership`): the first claim wins on
+/// every store, and the same in memory.
+async fn owners(a: &SessionStore, b: &SessionStore) -> Vec<Option<String>> {
+    vec![
+        a.owner("a2a-task h t1", TTL).await.unwrap(),
+        Some(a.claim_owner("a2a-task h t1", "sub:alice", TTL).await.unwrap()),
+        Some(b.claim_owner("a2a-task h t1", "sub:mallory", TTL).await.unwrap()),
+        b.owner("a2a-task h t1", TTL).await.unwrap(),
+        b.owner("a2a-task other t1", TTL).await.unwrap(),
+    ]
+}
+
+#[tokio::test]
+async fn a2a_task_owners_are_shared_and_never_overwritten() {
+    let redis = Redis::start();
+    let (a, b) = (store(&redis).await, store(&redis).await);
+    let shared = owners(&a, &b).await;
+    let alice = Some("sub:alice".to_string());
+    assert_eq!(shared, [None, alice.clone(), alice.clone(), alice, None]);
+    let memory = SessionStore::memory();
+    assert_eq!(owners(&memory, &memory.clone()).await, shared, "same answers in memory");
+    let ttl = redis.cli(&[
+        "PTTL",
+        &format!("policy-agents:a2a:owner:{{{}}}", sha256_hex("a2a-task h t1")),
+    ]);
+    let ms: i64 = ttl.trim().parse().unwrap_or(-1);
+    assert!(ms > 0 && ms <= 60_000, "owner keys expire: PTTL {ttl}");
+}
+
+fn sha256_hex(s: &str) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(s.as_bytes()))
 }

@@ -21,11 +21,11 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::plan_critic::config_error_named;
-pub use super::session_store::MAX_SESSIONS;
-use super::session_store::{delta, SessionStore};
 use crate::param_cache::ParamCache;
 use crate::ratelimit::estimate_tokens;
 use crate::ratelimit::stream_usage::usage_tokens;
+pub use crate::sessions::MAX_SESSIONS;
+use crate::sessions::{delta, SessionStore};
 use policy_agents::{
     describe, Deny, Metadata, ParamError, Params, Policy, PolicyError, RequestContext, RequestOutcome, RequestView,
     ResponseContext, ResponseOutcome,

@@ -19,8 +19,8 @@ use serde_json::Value;
 
 use super::budget::{reported_usage, BudgetConfig, ContextBudget};
 use super::plan_critic::config_error_named;
-use super::session_store::SessionStore;
 use crate::ratelimit::stream_usage::usage_tokens;
+use crate::sessions::SessionStore;
 use policy_agents::stream::sse;
 use policy_agents::{
     describe, ChunkContext, ChunkOutcome, Framing, Params, Policy, PolicyError, RequestContext, RequestOutcome,

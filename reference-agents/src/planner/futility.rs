@@ -25,9 +25,9 @@ use serde_json::{json, Value};
 
 use super::history::{steps, Step};
 use super::plan_critic::config_error_named;
-use super::session_store::{SessionStore, SessionStoreError};
-pub use super::session_store::{MAX_SEEN, MAX_SESSIONS};
 use crate::param_cache::ParamCache;
+use crate::sessions::{SessionStore, SessionStoreError};
+pub use crate::sessions::{MAX_SEEN, MAX_SESSIONS};
 use crate::tool::metadata_text;
 use policy_agents::{describe, Deny, ParamError, Params, Policy, PolicyError, RequestContext, RequestOutcome};
 

@@ -22,9 +22,8 @@
 //! (params and checks), `plan_critic` (the policy on buffered responses),
 //! [`assembler`] (calls from streamed fragments), [`declared`] (declared
 //! tools kept for streams), `stream_critic`, [`untrusted`], [`history`]
-//! (tool steps of a conversation), [`futility`], [`budget`], and
-//! [`session_store`] (the per-session state of `futilityGuard` and
-//! `contextBudget`: in memory or in Redis, `session_redis`).
+//! (tool steps of a conversation), [`futility`], [`budget`]. Their
+//! per-session state is in [`crate::sessions`] (in memory or in Redis).
 
 pub mod assembler;
 pub mod budget;
@@ -35,17 +34,15 @@ pub mod declared;
 pub mod futility;
 pub mod history;
 mod plan_critic;
-mod session_redis;
-pub mod session_store;
 pub mod splice;
 mod stream_critic;
 pub mod untrusted;
 
+pub use crate::sessions::{SessionStore, SessionStoreError};
 pub use budget::ContextBudget;
 pub use budget_stream::ContextBudgetStream;
 pub use critic::{CriticConfig, Finding, OnViolation, MAX_ARGUMENTS_BYTES};
 pub use futility::FutilityGuard;
 pub use plan_critic::PlanCritic;
-pub use session_store::{SessionStore, SessionStoreError};
 pub use stream_critic::{PlanCriticStream, MAX_HELD, MAX_WHOLE};
 pub use untrusted::{wrap_untrusted, UntrustedInput, CLOSE, OPEN};

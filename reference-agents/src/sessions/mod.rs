@@ -1,5 +1,8 @@
-//! Per-session state of the planner policies (`futilityGuard`,
-//! `contextBudget`, `contextBudgetStream`), in one store with two backends:
+//! Per-session state of the reference policies, in one store with two
+//! backends, shared by the agents that keep state across requests
+//! (`planner-agent`'s `futilityGuard`, `contextBudget`,
+//! `contextBudgetStream`; `tool-agent`'s `mcpServerRequestGuard` and the A2A
+//! task owners):
 //!
 //! * in memory (the default): one LRU cache per kind of state (the `lru`
 //!   crate), at most [`MAX_SESSIONS`] sessions each, the least recently used
@@ -17,7 +20,9 @@
 //! `mcpServerRequestGuard` (tool-agent), the ids of the requests an MCP
 //! server sent the client and the client has not answered yet
 //! ([`SessionStore::remember_request`], [`SessionStore::take_request`]; at
-//! most [`MAX_SEEN`] per session).
+//! most [`MAX_SEEN`] per session), and, for the A2A policies, the principal
+//! that created each task ([`SessionStore::claim_owner`],
+//! [`SessionStore::owner`]: the first claim wins and is never overwritten).
 //!
 //! A Redis failure is an error ([`SessionStoreError`]); the policies turn it
 //! into a failure of the call ([`SessionStoreError::policy_error`]), which
@@ -31,7 +36,9 @@ use std::time::{Duration, Instant};
 use lru::LruCache;
 use serde_json::json;
 
-use super::session_redis::RedisSessions;
+mod redis_store;
+
+use self::redis_store::RedisSessions;
 use policy_agents::{Deny, PolicyError};
 
 /// Sessions kept in memory at most, per kind of state.
@@ -131,6 +138,7 @@ pub struct MemorySessions {
     seen: Sessions<Seen>,
     tokens: Sessions<u64>,
     asked: Sessions<HashSet<String>>,
+    owners: Sessions<Option<String>>,
 }
 
 impl MemorySessions {
@@ -139,6 +147,7 @@ impl MemorySessions {
             seen: Sessions::new(capacity),
             tokens: Sessions::new(capacity),
             asked: Sessions::new(capacity),
+            owners: Sessions::new(capacity),
         }
     }
 
@@ -157,6 +166,16 @@ impl MemorySessions {
             Some((ids, stamp)) if fresh(*stamp, ttl, now) => ids.remove(id),
             _ => false,
         }
+    }
+
+    pub(super) fn claim_owner_at(&self, key: &str, principal: &str, ttl: Duration, now: Instant) -> String {
+        self.owners.update(key, ttl, now, |owner| {
+            owner.get_or_insert_with(|| principal.to_string()).clone()
+        })
+    }
+
+    pub(super) fn owner_at(&self, key: &str, ttl: Duration, now: Instant) -> Option<String> {
+        self.owners.read(key, ttl, now, Clone::clone).flatten()
     }
 
     pub(super) fn record_results_at(&self, session: &str, results: &[u64], ttl: Duration, now: Instant) -> u32 {
@@ -324,6 +343,24 @@ impl SessionStore {
         }
     }
 
+    /// Records `principal` as the owner of `key` (an A2A task) unless it has
+    /// one: the owner in force, kept for `ttl` after its last use.
+    pub async fn claim_owner(&self, key: &str, principal: &str, ttl: Duration) -> Result<String, SessionStoreError> {
+        match self {
+            SessionStore::Memory(m) => Ok(m.claim_owner_at(key, principal, ttl, Instant::now())),
+            SessionStore::Redis(r) => r.claim_owner(key, principal, ttl).await,
+        }
+    }
+
+    /// The owner of `key`, if known and not expired (each read keeps it
+    /// for another `ttl` in Redis; in memory, reads do not extend it).
+    pub async fn owner(&self, key: &str, ttl: Duration) -> Result<Option<String>, SessionStoreError> {
+        match self {
+            SessionStore::Memory(m) => Ok(m.owner_at(key, ttl, Instant::now())),
+            SessionStore::Redis(r) => r.owner(key, ttl).await,
+        }
+    }
+
     /// Forgets request `id` of `session`: true when the server had asked it
     /// (and it was not answered yet, nor expired).
     pub async fn take_request(&self, session: &str, id: &str, ttl: Duration) -> Result<bool, SessionStoreError> {
@@ -348,5 +385,4 @@ pub fn delta(usage: u64, estimate: u64) -> i64 {
 }
 
 #[cfg(test)]
-#[path = "session_store_tests.rs"]
 mod tests;

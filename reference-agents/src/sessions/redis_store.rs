@@ -1,4 +1,4 @@
-//! The Redis backend of the planner's [`super::session_store::SessionStore`].
+//! The Redis backend of [`super::SessionStore`].
 //!
 //! Keys (the session name hashed with SHA-256, in braces so that a
 //! session's keys share a cluster slot):
@@ -9,7 +9,9 @@
 //!   no new result;
 //! * `policy-agents:planner:tokens:{<hash>}`: the session's tokens;
 //! * `policy-agents:planner:asked:{<hash>}`: a set of the ids of requests
-//!   an MCP server sent the client, not answered yet (at most [`MAX_SEEN`]).
+//!   an MCP server sent the client, not answered yet (at most [`MAX_SEEN`]);
+//! * `policy-agents:a2a:owner:{<hash>}`: the principal that created an A2A
+//!   task (set once, never overwritten).
 //!
 //! Every write sets the key's TTL to the session TTL, so an idle session
 //! disappears on its own. Each update is one Lua script, atomic on the
@@ -26,7 +28,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{FromRedisValue, RedisResult, Script, ScriptInvocation};
 use sha2::{Digest, Sha256};
 
-use super::session_store::{Charge, SessionStoreError, MAX_SEEN, MAX_TOKENS};
+use super::{Charge, SessionStoreError, MAX_SEEN, MAX_TOKENS};
 
 /// Connecting to Redis, and each call, give up after this.
 pub const CALL_TIMEOUT: Duration = Duration::from_millis(200);
@@ -85,6 +87,18 @@ redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1
 ";
 
+/// KEYS: owner. ARGV: principal, TTL (ms). Sets the owner unless one is
+/// there; returns the owner in force.
+const CLAIM_LUA: &str = r"
+local o = redis.call('GET', KEYS[1])
+if not o then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return ARGV[1]
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return o
+";
+
 /// The Redis backend.
 pub struct RedisSessions {
     conn: ConnectionManager,
@@ -92,11 +106,17 @@ pub struct RedisSessions {
     charge: Script,
     try_charge: Script,
     remember: Script,
+    claim: Script,
 }
 
 fn key(kind: &str, session: &str) -> String {
     let digest = Sha256::digest(session.as_bytes());
     format!("policy-agents:planner:{kind}:{{{}}}", hex::encode(digest))
+}
+
+fn owner_key(task: &str) -> String {
+    let digest = Sha256::digest(task.as_bytes());
+    format!("policy-agents:a2a:owner:{{{}}}", hex::encode(digest))
 }
 
 fn ttl_ms(ttl: Duration) -> u64 {
@@ -118,6 +138,7 @@ impl RedisSessions {
             charge: Script::new(CHARGE_LUA),
             try_charge: Script::new(TRY_CHARGE_LUA),
             remember: Script::new(REMEMBER_LUA),
+            claim: Script::new(CLAIM_LUA),
         })
     }
 
@@ -189,6 +210,30 @@ impl RedisSessions {
         call.arg(MAX_SEEN).arg(ttl_ms(ttl)).arg(id);
         let _: i64 = self.invoke(&call).await?;
         Ok(())
+    }
+
+    pub(super) async fn claim_owner(
+        &self,
+        task: &str,
+        principal: &str,
+        ttl: Duration,
+    ) -> Result<String, SessionStoreError> {
+        let mut call = self.claim.key(owner_key(task));
+        call.arg(principal).arg(ttl_ms(ttl));
+        Ok(self.invoke(&call).await?)
+    }
+
+    pub(super) async fn owner(&self, task: &str, ttl: Duration) -> Result<Option<String>, SessionStoreError> {
+        let mut conn = self.conn.clone();
+        let get = redis::cmd("GETEX")
+            .arg(owner_key(task))
+            .arg("PX")
+            .arg(ttl_ms(ttl))
+            .clone();
+        Ok(match get.query_async(&mut conn).await {
+            Err(e) if e.is_connection_refusal() => get.query_async(&mut conn).await,
+            done => done,
+        }?)
     }
 
     pub(super) async fn take_request(&self, session: &str, id: &str) -> Result<bool, SessionStoreError> {

@@ -118,3 +118,16 @@ fn a_charge_within_the_limit_is_added_and_a_refusal_changes_nothing() {
     );
     assert_eq!(m.try_charge_at("big", u64::MAX, u64::MAX, TTL, t0), ok(MAX_TOKENS));
 }
+
+#[test]
+fn the_first_owner_of_a_task_stays_until_it_expires() {
+    let m = small(4);
+    let t0 = Instant::now();
+    assert_eq!(m.owner_at("task-1", TTL, t0), None);
+    assert_eq!(m.claim_owner_at("task-1", "sub:alice", TTL, t0), "sub:alice");
+    assert_eq!(m.claim_owner_at("task-1", "sub:mallory", TTL, t0), "sub:alice");
+    assert_eq!(m.owner_at("task-1", TTL, t0).as_deref(), Some("sub:alice"));
+    let later = t0 + TTL + Duration::from_secs(1);
+    assert_eq!(m.owner_at("task-1", TTL, later), None);
+    assert_eq!(m.claim_owner_at("task-1", "sub:bob", TTL, later), "sub:bob");
+}
