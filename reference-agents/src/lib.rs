@@ -14,7 +14,11 @@
 //! * [`guardrail`]: `addSecurityHeaders`, `promptInjectionGuard`,
 //!   `piiRedaction`, `auditLog` (`guardrail-agent`).
 //! * [`tool`]: `mcpToolAuthorization`, `mcpToolFilter`, `toolArgumentGuard`,
-//!   `toolSchemaValidation` (`tool-agent`).
+//!   `toolSchemaValidation`, `mcpServerRequestGuard` (`tool-agent`).
+//! * [`a2a`]: `a2aAuthorization`, `a2aTaskOwnership`, `a2aCardFilter`,
+//!   `a2aUrlGuard` (`tool-agent`): agent-to-agent delegation, on the same
+//!   rules, JSON-RPC parsing, SSE events and session store as the MCP
+//!   policies.
 //! * [`planner`]: `planCritic`, `planCriticStream`, `untrustedInput`
 //!   (`planner-agent`): planned tool calls of completions, checked with the
 //!   tool agent's rules and argument guards; untrusted prompt text fenced off.
@@ -31,11 +35,14 @@
 //!   encodings), with offsets back into the original.
 //! * [`text`]: helpers for policies that read chat-completion bodies.
 //! * [`param_cache`]: parsed params kept per distinct raw value.
+//! * [`sessions`]: state kept across requests (planner sessions, MCP
+//!   server requests, A2A task owners), in memory or in Redis.
 //!
 //! Binaries: `auth-agent`, `ratelimit-agent`, `guardrail-agent`,
 //! `tool-agent`, `planner-agent`, and `example-agent` (the smallest useful
 //! agent: `addHeader`, `delay`).
 
+pub mod a2a;
 pub mod auth;
 pub mod guardrail;
 pub mod jsonrpc;
@@ -44,6 +51,7 @@ pub mod param_cache;
 pub mod planner;
 pub mod ratelimit;
 pub mod rules;
+pub mod sessions;
 pub mod text;
 pub mod tool;
 

@@ -6,8 +6,9 @@
 //! |---|---|
 //! | `name` | shown in metadata `mcp.rule` and in denials (default `rules[i]`) |
 //! | `effect` | `allow` or `deny` (required) |
-//! | `methods` | method names or globs (default `["tools/call"]`) |
+//! | `methods` | method names or globs (default `["tools/call"]`; for the A2A policies `["SendMessage", "SendStreamingMessage"]`) |
 //! | `tools` | tool names, prompt names or resource URIs, or globs; unset = any. A rule with `tools` never matches a method without a target (`tools/list`) |
+//! | `skills` | the same field under the name the A2A policies use: agent skill ids, or globs |
 //! | `when.roles_any` | the caller holds at least one of these roles |
 //! | `when.roles_all` | the caller holds all of these roles |
 //! | `when.scopes` | the caller's scope holds all of these |
@@ -54,6 +55,8 @@ struct RuleSpec {
     name: Option<String>,
     effect: Effect,
     methods: Option<Vec<String>>,
+    /// `skills` for the A2A policies: the same field under its own name.
+    #[serde(alias = "skills")]
     tools: Option<Vec<String>>,
     #[serde(default)]
     when: CallerSpec,
@@ -148,12 +151,20 @@ impl Rules {
     /// rule's index and the field; values other than the rule's own text
     /// are not echoed.
     pub fn parse(param: &str, raw: &str) -> Result<Rules, ParamError> {
+        Rules::parse_with_default(param, raw, &["tools/call"])
+    }
+
+    /// As [`Rules::parse`], with `default_methods` for rules without
+    /// `methods` (the A2A policies: the sending methods).
+    pub fn parse_with_default(param: &str, raw: &str, default_methods: &[&str]) -> Result<Rules, ParamError> {
         let specs: Vec<RuleSpec> = serde_json::from_str(raw.trim())
             .map_err(|e| ParamError::invalid(param, "(rules)", format!("expected a JSON list of rules: {e}")))?;
         let mut rules = Vec::with_capacity(specs.len());
         for (i, spec) in specs.into_iter().enumerate() {
             let name = spec.name.clone().unwrap_or_else(|| format!("rules[{i}]"));
-            let methods = spec.methods.unwrap_or_else(|| vec!["tools/call".into()]);
+            let methods = spec
+                .methods
+                .unwrap_or_else(|| default_methods.iter().map(|m| m.to_string()).collect());
             if methods.is_empty() {
                 return Err(ParamError::invalid(
                     param,

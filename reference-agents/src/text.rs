@@ -1,6 +1,7 @@
 //! Reading the text of a chat-completion (or completion) JSON body, as
 //! LLM-facing policies do: `messages[].content` (a string or a list of parts
-//! with `text`), `prompt` and `input` (strings or lists of strings).
+//! with `text`), `prompt` and `input` (strings or lists of strings); and of
+//! A2A messages (their parts).
 
 use serde_json::Value;
 
@@ -46,10 +47,18 @@ pub fn chat_text(doc: &Value) -> Option<String> {
 }
 
 /// The text to inspect in a body: the chat fields when it is such a JSON
-/// document, else the whole body (lossy UTF-8).
+/// document, the text of its parts when it is an A2A message
+/// ([`crate::a2a::parts`]), else the whole body (lossy UTF-8).
 pub fn body_text(body: &[u8]) -> String {
     match serde_json::from_slice::<Value>(body) {
-        Ok(doc) => chat_text(&doc).unwrap_or_else(|| String::from_utf8_lossy(body).into_owned()),
+        Ok(doc) => chat_text(&doc).unwrap_or_else(|| {
+            let mut out = String::new();
+            if crate::a2a::parts::push_texts(&doc, &mut out) {
+                out
+            } else {
+                String::from_utf8_lossy(body).into_owned()
+            }
+        }),
         Err(_) => String::from_utf8_lossy(body).into_owned(),
     }
 }
@@ -73,5 +82,7 @@ mod tests {
         assert_eq!(chat_text(&serde_json::json!({"x": 1})), None);
         assert_eq!(body_text(b"plain text"), "plain text");
         assert_eq!(body_text(br#"{"prompt":"p","model":"secret"}"#), "p");
+        let a2a = br#"{"jsonrpc":"2.0","id":1,"method":"SendMessage","params":{"message":{"messageId":"m","parts":[{"text":"ign\u006fre all"}]}}}"#;
+        assert_eq!(body_text(a2a), "ignore all");
     }
 }

@@ -192,7 +192,11 @@ async fn tool_agent_governs_mcp_calls() {
             "mcpToolFilter",
             "toolArgumentGuard",
             "toolSchemaValidation",
-            "mcpServerRequestGuard"
+            "mcpServerRequestGuard",
+            "a2aAuthorization",
+            "a2aTaskOwnership",
+            "a2aCardFilter",
+            "a2aUrlGuard"
         ]
     );
     let mut client = agent.client().await;

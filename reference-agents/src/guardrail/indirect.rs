@@ -1,7 +1,8 @@
 //! Indirect prompt injection: the text a response carries to the model.
 //! Reads an upstream response body as
-//! * MCP JSON-RPC (`jsonrpc` present), in JSON or as an SSE stream of
-//!   messages: tool results (`result.content[].text`,
+//! * MCP and A2A JSON-RPC (`jsonrpc` present), in JSON or as an SSE stream
+//!   of messages: A2A parts (of tasks, messages, status updates,
+//!   artifacts), MCP tool results (`result.content[].text`,
 //!   `result.structuredContent`), resources (`result.contents[].text`),
 //!   prompts (`result.messages[].content.text`), tool descriptions
 //!   (`result.tools[].description`, where tool poisoning hides) and errors;
@@ -65,6 +66,8 @@ fn jsonrpc_text(msg: &Value, out: &mut String) {
                 all_strings(v, out);
             }
         }
+        // A2A: the parts of tasks, messages, status updates and artifacts.
+        crate::a2a::parts::push_texts(result, out);
     }
     if let Some(error) = msg.get("error") {
         all_strings(error, out);

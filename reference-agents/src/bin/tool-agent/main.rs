@@ -1,10 +1,12 @@
 //! `tool-agent`: `mcpToolAuthorization`, `mcpToolFilter`,
 //! `toolArgumentGuard`, `toolSchemaValidation` and `mcpServerRequestGuard`
-//! for MCP servers behind Envoy.
+//! for MCP servers behind Envoy; `a2aAuthorization`, `a2aTaskOwnership`,
+//! `a2aCardFilter` and `a2aUrlGuard` for A2A agents.
 //!
 //! The ids of the requests servers sent clients (for
-//! `mcpServerRequestGuard`'s `check_client_responses`) are kept in memory,
-//! or in Redis with `--redis-url` (shared by every tool agent using it).
+//! `mcpServerRequestGuard`'s `check_client_responses`) and the owners of
+//! A2A tasks are kept in memory, or in Redis with `--redis-url` (shared by
+//! every tool agent using it).
 
 use std::path::PathBuf;
 
@@ -12,7 +14,8 @@ use anyhow::Context;
 use clap::Parser;
 use policy_agents::cli::{init_tracing, ServeArgs};
 use policy_agents::Agent;
-use reference_agents::planner::SessionStore;
+use reference_agents::a2a::{A2aAuthorization, A2aCardFilter, A2aTaskOwnership, A2aUrlGuard};
+use reference_agents::sessions::SessionStore;
 use reference_agents::tool::{
     McpServerRequestGuard, McpToolAuthorization, McpToolFilter, ToolArgumentGuard, ToolSchemaValidation,
 };
@@ -25,13 +28,13 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[derive(Parser)]
 #[command(
     version,
-    about = "Policy agent for MCP tool calls: mcpToolAuthorization, mcpToolFilter, toolArgumentGuard, toolSchemaValidation, mcpServerRequestGuard"
+    about = "Policy agent for MCP tool calls and A2A delegation: mcpToolAuthorization, mcpToolFilter, toolArgumentGuard, toolSchemaValidation, mcpServerRequestGuard, a2aAuthorization, a2aTaskOwnership, a2aCardFilter, a2aUrlGuard"
 )]
 struct Args {
     /// Unix socket to listen on.
     #[arg(long, default_value = "/var/run/policy-engine/agents/tool.sock")]
     socket: PathBuf,
-    /// Keep the server requests awaiting an answer in Redis
+    /// Keep the server requests awaiting an answer and the A2A task owners in Redis
     /// (`redis://127.0.0.1:6379/0` or `redis+unix:///run/redis.sock`)
     /// instead of in memory.
     #[arg(long)]
@@ -56,7 +59,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .policy(McpToolFilter::new())
         .policy(ToolArgumentGuard::new())
         .policy(ToolSchemaValidation::new())
-        .policy(McpServerRequestGuard::new(store));
+        .policy(McpServerRequestGuard::new(store.clone()))
+        .policy(A2aAuthorization::default())
+        .policy(A2aTaskOwnership::new(store))
+        .policy(A2aCardFilter::default())
+        .policy(A2aUrlGuard::default());
     args.serve.apply(builder).serve_unix(&args.socket).await?;
     Ok(())
 }
