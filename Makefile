@@ -7,6 +7,8 @@ ENVOY_STAMP   := $(VENV)/.envoy-$(ENVOY_VERSION)
 # The npm packages of the TypeScript MCP tests and demo (tests/mcp/ts).
 NODE_STAMP    := tests/mcp/ts/node_modules/.installed
 IDP_STAMP     := tests/idp/node_modules/.installed
+# The npm packages of the A2A tests (tests/a2a/js: the official A2A JS SDK).
+A2A_JS_STAMP  := tests/a2a/js/node_modules/.installed
 
 .PHONY: setup test lint build build-run bench run stop observe release check-deploy fuzz chaos soak need-run need-test need-observe stop-stack eval-guard
 
@@ -45,9 +47,10 @@ export PE_PYTHON     := python3
 export DEMO_JWT_SECRET ?= demo-secret-change-me
 
 ## run: build, install Envoy, supervisor and the tests' Python and npm packages
-## (the MCP SDKs) if missing, start agents + kernel + Envoy + demo upstream +
-## demo MCP servers under supervisord, and show a few requests.
-run: need-run setup $(SUPERVISOR_STAMP) $(VENV)/.test-requirements $(NODE_STAMP) build-run stop-stack
+## (the MCP SDKs, oidc-provider) if missing, start agents + kernel + Envoy +
+## demo upstream + demo MCP servers + an OpenID provider under supervisord,
+## and show a few requests.
+run: need-run setup $(SUPERVISOR_STAMP) $(VENV)/.test-requirements $(NODE_STAMP) $(IDP_STAMP) $(A2A_JS_STAMP) build-run stop-stack
 	mkdir -p $(RUN)/sockets $(RUN)/logs $(RUN)/audit $(RUN)/bin
 	ln -sf "$$(ls -d $(CURDIR)/$(VENV)/lib/python3*/site-packages/envoy/_bin/envoy | head -n1)" $(RUN)/bin/envoy
 	cp deploy/demo-api-keys.txt $(RUN)/api-keys.txt
@@ -109,7 +112,7 @@ lint:
 	cargo clippy --workspace --all-targets -- -D warnings
 
 ## test: every test: unit, integration, and end-to-end through a real Envoy.
-test: need-test setup $(VENV)/.test-requirements $(NODE_STAMP) $(IDP_STAMP)
+test: need-test setup $(VENV)/.test-requirements $(NODE_STAMP) $(IDP_STAMP) $(A2A_JS_STAMP)
 	cargo test --workspace
 
 need-test:
@@ -135,6 +138,14 @@ $(NODE_STAMP): tests/mcp/ts/package.json tests/mcp/ts/package-lock.json
 $(IDP_STAMP): tests/idp/package.json tests/idp/package-lock.json
 	@bash scripts/need.sh test node:nodejs npm:npm
 	cd tests/idp && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+# The A2A tests' Node packages (tests/a2a/js: the official A2A JavaScript SDK
+# as a client), installed from its lock file into tests/a2a/js/node_modules;
+# again whenever the lock file changes.
+$(A2A_JS_STAMP): tests/a2a/js/package.json tests/a2a/js/package-lock.json
+	@bash scripts/need.sh test node:nodejs npm:npm
+	cd tests/a2a/js && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
 ## bench: the whole performance harness (criterion + load scenarios); prints the table.

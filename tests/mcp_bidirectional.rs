@@ -22,7 +22,6 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use support::envoy::{self, EnvoyConfig, KernelAt};
 use support::mcp_ts::{ts_session, TsServer};
-use support::stack::AgentSpec;
 use support::*;
 
 const SECRET: &str = "mcp-bidi-secret";
@@ -87,23 +86,8 @@ async fn mcp_is_governed_in_both_directions_through_envoy() {
     let server = TsServer::start(&dir);
     let audit = dir.join("audit.jsonl");
     let port = server.port;
-    let entry = "      health_check_timeout_ms: 1000\n";
-    let audit_arg = format!("--audit-path={}", audit.display());
     let s = builder
-        .agent(
-            AgentSpec::bin("auth-agent", "auth-agent", &[])
-                .env("DEMO_JWT_SECRET", SECRET)
-                .entry(entry),
-        )
-        .agent(AgentSpec::bin("tool-agent", "tool-agent", &[]).entry(entry))
-        .agent(
-            AgentSpec::bin(
-                "guardrail-agent",
-                "guardrail-agent",
-                &[&audit_arg, "--audit-fsync-ms=5"],
-            )
-            .entry(entry),
-        )
+        .governing_agents(SECRET, &audit)
         .config(&routes())
         .envoy_config(move |kernel, _| envoy_config(kernel, port))
         .start()

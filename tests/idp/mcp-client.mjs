@@ -24,7 +24,10 @@ const logged = async (input, init) => {
   return resp;
 };
 
-const authProvider = new ClientCredentialsProvider({ clientId, clientSecret, scope });
+// EXPECTED_ISSUER (optional): the only authorization server the client
+// sends its credentials to.
+const expectedIssuer = process.env.EXPECTED_ISSUER || undefined;
+const authProvider = new ClientCredentialsProvider({ clientId, clientSecret, scope, expectedIssuer });
 const transport = new StreamableHTTPClientTransport(new URL(url), { authProvider, fetch: logged });
 const client = new Client({ name: 'identity-test-client', version: '1.0.0' });
 try {

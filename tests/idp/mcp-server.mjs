@@ -1,7 +1,8 @@
 // An MCP server (the official TypeScript SDK, streamable HTTP, stateless,
 // JSON replies) for tests/identity.rs, on 127.0.0.1 at a port it picks.
 //
-//   node mcp-server.mjs --port-file FILE
+//   node mcp-server.mjs --port-file FILE   (a port it picks, written to FILE)
+//   node mcp-server.mjs --port N           (the make run demo)
 //
 // Tools: read_data, write_data, admin_data; each answers with its name and
 // the `authorization` header it received ("none" when absent), so a test
@@ -11,8 +12,12 @@ import { writeFileSync } from 'node:fs';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 
-const i = process.argv.indexOf('--port-file');
-const portFile = i > 0 ? process.argv[i + 1] : undefined;
+const arg = (name) => {
+  const i = process.argv.indexOf(`--${name}`);
+  return i > 0 ? process.argv[i + 1] : undefined;
+};
+const portFile = arg('port-file');
+const listenPort = Number(arg('port') ?? 0);
 
 function server(auth) {
   const s = new McpServer({ name: 'identity-test-server', version: '1.0.0' });
@@ -37,7 +42,7 @@ const httpServer = http.createServer(async (req, res) => {
   await transport.handleRequest(req, res, body);
 });
 
-httpServer.listen(0, '127.0.0.1', () => {
+httpServer.listen(listenPort, '127.0.0.1', () => {
   const { port } = httpServer.address();
   if (portFile) writeFileSync(portFile, String(port));
   console.log(`MCP server on http://127.0.0.1:${port}/mcp`);

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+pub mod a2a;
 pub mod agents;
 pub mod chaos;
 pub mod envoy;

@@ -1,0 +1,111 @@
+//! The official A2A SDKs as a real agent server and real clients
+//! (`tests/a2a/`): the Python SDK (PyPI `a2a-sdk`, in the project's `.venv`)
+//! as server (`server.py`) and client (`client.py`), and the JavaScript SDK
+//! (npm `@a2a-js/sdk`, in `tests/a2a/js/node_modules`) as a second client
+//! (`js/client.mjs`). `make test` installs both.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::python::python;
+use super::{root, Proc};
+
+fn a2a_dir() -> PathBuf {
+    root().join("tests/a2a")
+}
+
+/// The A2A agent server, killed (by pid) when dropped.
+pub struct A2aServer {
+    pub proc: Proc,
+    pub port: u16,
+    pub log: PathBuf,
+}
+
+impl A2aServer {
+    /// Starts `server.py` on a port it picks; its log is `<dir>/a2a-server.log`.
+    pub fn start(dir: &Path) -> Self {
+        let port_file = dir.join("a2a-server.port");
+        let log = dir.join("a2a-server.log");
+        let mut cmd = Command::new(python());
+        cmd.current_dir(a2a_dir())
+            .arg(a2a_dir().join("server.py"))
+            .arg("--port-file")
+            .arg(&port_file);
+        let proc = Proc::spawn("a2a-server", &mut cmd, &log);
+        let port = port_from_file(&port_file, "the A2A server", &log);
+        A2aServer { proc, port, log }
+    }
+
+    /// The server's log.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+/// Waits (up to 30 s) for a process to write its port to `file`.
+pub fn port_from_file(file: &Path, what: &str, log: &Path) -> u16 {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(p) = std::fs::read_to_string(file).ok().and_then(|s| s.trim().parse().ok()) {
+            return p;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what} did not start:\n{}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The JSON lines a client printed, and its stderr.
+fn lines(out: std::process::Output) -> (Vec<Value>, String) {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let lines = stdout.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    (lines, format!("{}\n{stdout}\n{stderr}", out.status))
+}
+
+/// One Python SDK client run: the card from `card_base`, then `steps` over
+/// `binding` (`jsonrpc` or `rest`), with `headers` on every request.
+pub fn py_client(card_base: &str, headers: &Value, steps: &Value, binding: &str) -> (Vec<Value>, String) {
+    let out = Command::new(python())
+        .current_dir(a2a_dir())
+        .arg(a2a_dir().join("client.py"))
+        .args([
+            card_base,
+            &headers.to_string(),
+            &steps.to_string(),
+            "--binding",
+            binding,
+        ])
+        .output()
+        .expect("run client.py");
+    lines(out)
+}
+
+/// One JavaScript SDK client run (`js/client.mjs`), as [`py_client`].
+pub fn js_client(card_base: &str, headers: &Value, steps: &Value) -> (Vec<Value>, String) {
+    let js = a2a_dir().join("js");
+    assert!(
+        js.join("node_modules/@a2a-js/sdk").exists(),
+        "{}/node_modules missing: run `make test` (it runs `npm ci` there)",
+        js.display()
+    );
+    let out = Command::new("node")
+        .current_dir(&js)
+        .arg(js.join("client.mjs"))
+        .args([card_base, &headers.to_string(), &steps.to_string()])
+        .output()
+        .expect("run node client.mjs");
+    lines(out)
+}
+
+/// The line of `step` (the first one).
+pub fn step<'a>(lines: &'a [Value], step: &str) -> &'a Value {
+    static NULL: Value = Value::Null;
+    lines.iter().find(|l| l["step"] == step).unwrap_or(&NULL)
+}
