@@ -159,6 +159,63 @@ mcp_ts "MCP elicitation mid tool call (a form asking a name): streamed to the cl
 mcp_ts "MCP elicitation asking for a password: refused by mcpServerRequestGuard, the call fails at once" reader \
   'refused by policy' '[{"op":"call","name":"ask","args":{"kind":"secret"}}]'
 
+# MCP authorization with a real identity provider: the TypeScript SDK
+# client (tests/idp/mcp-client.mjs, ClientCredentialsProvider) starts with
+# no token. The 401 names the protected resource metadata the kernel
+# serves; from it the client finds the provider (oidc-provider), gets a
+# token by client credentials, and calls tools by the token's scopes.
+wait_for_port() { # PORT LOG
+  for _ in $(seq 1 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.2
+  done
+  echo "FAILED: nothing listens on 127.0.0.1:$1; see $RUN/logs/$2" >&2
+  exit 1
+}
+wait_for_port 9600 idp.log
+wait_for_port 8092 mcp-idp-server.log
+printf '\n# %s\n$ node tests/idp/mcp-client.mjs %s/mcp-idp mcp-client <secret> "tools:read" read_data write_data\n' \
+  "MCP client with no token: discovers the provider, gets a token, calls tools by scope" "$ENVOY"
+out=$(EXPECTED_ISSUER=http://127.0.0.1:9600 node tests/idp/mcp-client.mjs "$ENVOY/mcp-idp" mcp-client mcp-secret "tools:read" read_data write_data 2>&1)
+printf '%s\n' "$out" | python3 -c '
+import json, sys
+for line in sys.stdin:
+    try:
+        v = json.loads(line)
+    except ValueError:
+        print("  " + line.rstrip()); continue
+    if "fetch" in v:
+        www = "  (" + v["www"] + ")" if v.get("www") else ""
+        print("  %s -> %s%s" % (v["fetch"], v["status"], www))
+    elif "tool" in v:
+        print("  tools/call %s: %s" % (v["tool"], v.get("text") or v.get("error", "")))
+'
+for want in 'POST http://127.0.0.1:9600/token.*"status":200' '"tool":"read_data","text":"read_data ok \(bearer\)"' \
+  '"status":403.*insufficient_scope.*scope=\\"tools:write\\"' '"tool":"write_data","error":".*403'; do
+  if ! printf '%s' "$out" | grep -qE -- "$want"; then
+    echo "   UNEXPECTED: wanted /$want/"
+    fail=1
+  fi
+done
+
+# Agent-to-agent delegation (A2A): the official Python SDK client
+# (tests/a2a/client.py) reads the card through Envoy (it shows a reader's
+# skills and names Envoy), delegates to an allowed skill, and is refused
+# another (a JSON-RPC error, as the SDK raises it).
+wait_for_port 8093 a2a-agent.log
+steps='[{"op":"card"},{"op":"send","text":"hello","skill":"echo"},{"op":"send","text":"reset everything","skill":"admin_reset"}]'
+printf '\n# %s\n$ .venv/bin/python tests/a2a/client.py %s/a2a <JWT role reader> %q\n' \
+  "A2A delegation: the card filtered, an allowed skill completed, a refused one" "$ENVOY" "$steps"
+out=$(.venv/bin/python tests/a2a/client.py "$ENVOY/a2a" "{\"authorization\": \"Bearer $(token reader)\"}" "$steps" 2>&1)
+printf '%s\n' "$out" | head -c 900; echo
+for want in '"step": ?"card", ?"skills": ?\["echo", ?"summarize"\], ?"interfaces": ?\["http://127.0.0.1:10000/a2a' \
+  '"state": ?"completed", ?"artifact_text": ?"echo: hello' '"code": ?-32050'; do
+  if ! printf '%s' "$out" | grep -qE -- "$want"; then
+    echo "   UNEXPECTED: wanted /$want/"
+    fail=1
+  fi
+done
+
 # An agent runtime's model route (planner-agent): the request declares the
 # tools; the demo model plans a read_file call on the path the user names.
 AGENT=$ENVOY/agent/v1/chat/completions
