@@ -4,14 +4,14 @@
 //! (`tests/a2a/`), through a real Envoy and the kernel binary, with the
 //! real `auth-agent` (JWT `sub` and roles), `tool-agent` (`a2aAuthorization`,
 //! `a2aTaskOwnership`, `a2aCardFilter`, `a2aUrlGuard`) and `guardrail-agent`
-//! (`promptInjectionGuard`, `auditLog`) on Unix sockets.
+//! (`promptInjectionGuard`, `piiRedaction`, `auditLog`) on Unix sockets.
 //!
 //! The card lists only the caller's skills and names the gateway; a skill
 //! the caller may not use is refused in each binding's error form; another
 //! principal's task is answered as an unknown task and kept out of lists;
-//! a streamed task's status updates arrive as they are sent; an injected
-//! text part and a private push-notification URL are refused; the journal
-//! records the decisions.
+//! a streamed task's status updates arrive as they are sent, its artifact's
+//! personal data masked; an injected text part and a private
+//! push-notification URL are refused; the journal records the decisions.
 
 mod support;
 
@@ -47,6 +47,8 @@ fn routes(public: &str) -> String {
         - policy: a2aTaskOwnership
         - policy: promptInjectionGuard
           params: {{phases: [response], action: block}}
+        - policy: piiRedaction
+          params: {{phases: [response], types: [email]}}
         - policy: auditLog
           params: {{log_response_body: false}}
 "#
@@ -131,7 +133,7 @@ async fn a2a_delegation_is_governed_through_envoy_with_the_official_sdks() {
         {"op": "card"},
         {"op": "send", "text": "hello", "skill": "echo"},
         {"op": "send", "text": "reset it", "skill": "admin_reset"},
-        {"op": "stream", "text": "slow job", "skill": "summarize"},
+        {"op": "stream", "text": "slow job for alice@example.com", "skill": "summarize"},
         {"op": "get", "task_id": "$last"},
         {"op": "push_set", "task_id": "$last", "url": "http://169.254.169.254/latest/meta-data/"},
         {"op": "push_set", "task_id": "$last", "url": "https://hooks.example.com/a2a"},
@@ -173,6 +175,16 @@ async fn a2a_delegation_is_governed_through_envoy_with_the_official_sdks() {
     assert!(
         spread >= 800.0,
         "updates arrived together ({updates:?}): the stream was buffered"
+    );
+    // piiRedaction on the streamed reply: the artifact's address is masked.
+    let artifact = events
+        .iter()
+        .filter_map(|e| e["text"].as_str())
+        .find(|t| t.starts_with("done:"))
+        .unwrap_or_else(|| panic!("no artifact: {events:?}"));
+    assert!(
+        artifact.contains("[REDACTED:email]") && !artifact.contains("alice@example.com"),
+        "{artifact}"
     );
     assert_eq!(step(&got, "get")["state"], "completed", "{}", diag());
     let task = step(&got, "get")["task_id"].as_str().unwrap_or_default().to_string();

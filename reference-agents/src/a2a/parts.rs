@@ -3,7 +3,8 @@
 //! status message, artifact or history, in either binding and protocol
 //! version), with the `text` of each part and the strings of its `data`.
 //! File parts (bytes or URLs) carry no text here; `a2aUrlGuard` checks
-//! their URLs.
+//! their URLs. [`texts_mut`] gives the texts to rewrite in place
+//! (`piiRedaction` on streamed events).
 
 use serde_json::Value;
 
@@ -66,6 +67,37 @@ pub fn push_texts(doc: &Value, out: &mut String) -> bool {
     let mut found = false;
     walk(doc, out, &mut found, 0);
     found
+}
+
+/// The `text` of every part of every `parts` list in `doc`, to rewrite in
+/// place (redaction of a streamed event).
+pub fn texts_mut(doc: &mut Value) -> Vec<&mut String> {
+    fn walk<'v>(v: &'v mut Value, out: &mut Vec<&'v mut String>, depth: usize) {
+        if depth > MAX_DEPTH {
+            return;
+        }
+        match v {
+            Value::Object(map) => {
+                for (k, child) in map.iter_mut() {
+                    match (k.as_str(), child) {
+                        ("parts", Value::Array(parts)) => {
+                            for p in parts.iter_mut() {
+                                if let Some(Value::String(t)) = p.get_mut("text") {
+                                    out.push(t);
+                                }
+                            }
+                        }
+                        (_, child) => walk(child, out, depth + 1),
+                    }
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(|i| walk(i, out, depth + 1)),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(doc, &mut out, 0);
+    out
 }
 
 #[cfg(test)]

@@ -3,7 +3,9 @@
 //! **SSE** (`text/event-stream`): the streamed text of OpenAI-style chat
 //! completions (`choices[].delta.content`) and Anthropic-style messages
 //! (`content_block_delta` with a `text_delta`) is redacted across event
-//! boundaries. Of each text, the tail that could still be the start of a
+//! boundaries; A2A events (tasks, messages, status and artifact updates, in
+//! either binding) part by part, each part's text whole. Of each
+//! completion text, the tail that could still be the start of a
 //! value (the trailing run of characters a value can hold, at most
 //! [`MAX_HOLD`] characters) is held back and put in front of the next
 //! fragment of the same choice or block; so `555-12` + `34-567` is caught as
@@ -159,6 +161,16 @@ fn sse_event(st: &mut State, ev: &Bytes, p: &PiiParams, out: &mut Vec<Bytes>) ->
         }
         if changed || st.template.is_none() {
             st.template = template(&doc)?;
+        }
+    } else if doc.get("type").is_none() && !crate::a2a::parts::texts_mut(&mut doc).is_empty() {
+        // A2A: each event carries whole parts (a task, a message, a status
+        // update, an artifact), redacted part by part.
+        for text in crate::a2a::parts::texts_mut(&mut doc) {
+            let new = st.redact(text, p)?;
+            if new != *text {
+                *text = new;
+                changed = true;
+            }
         }
     } else {
         let kind = doc.get("type").and_then(Value::as_str).unwrap_or_default();

@@ -202,3 +202,24 @@ fn the_flush_template_is_the_event_without_choices_and_usage() {
     assert_eq!(back, serde_json::json!({"id": "c7", "model": "m", "created": 5}));
     assert!(template(&Value::String("x".into())).unwrap().is_none());
 }
+
+#[test]
+fn a2a_events_are_redacted_part_by_part() {
+    let artifact = serde_json::json!({"jsonrpc": "2.0", "id": 1, "result": {"artifactUpdate": {
+        "taskId": "t-555-1234", "artifact": {"artifactId": "a", "parts": [{"text": "done: write to bob@example.com"}]}}}});
+    let status = serde_json::json!({"statusUpdate": {"taskId": "t", "status": {"state": "TASK_STATE_WORKING",
+        "message": {"messageId": "m", "parts": [{"text": "step 1"}]}}}});
+    let (a, b) = (format!("data: {artifact}\n\n"), format!("data: {status}\n\n"));
+    let (out, md) = run(Framing::SseEvent, "text/event-stream", &[vec![&a, &b]]);
+    assert!(out.contains("done: write to [REDACTED:email]"), "{out}");
+    assert!(!out.contains("bob@example.com"), "{out}");
+    assert!(out.contains("t-555-1234"), "ids are not parts: {out}");
+    assert!(
+        out.ends_with(&b),
+        "an event without personal data passes byte for byte: {out}"
+    );
+    assert!(
+        md.contains(&("pii_redacted_email".to_string(), "1".to_string())),
+        "{md:?}"
+    );
+}
