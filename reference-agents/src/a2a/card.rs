@@ -18,6 +18,8 @@
 //!
 //! The card stays valid JSON with every other member as it was. Other
 //! replies pass unchanged; event streams pass event by event, unbuffered.
+//! A compressed reply (`content-encoding` other than `identity`) cannot be
+//! read, so it fails the call rather than pass a card unfiltered.
 //!
 //! Metadata: `a2a.card_skills` (shown), `a2a.card_skills_hidden`,
 //! `a2a.card_urls_rewritten`.
@@ -168,6 +170,7 @@ impl Policy for A2aCardFilter {
             .cache
             .get(params, CardParams::parse)
             .map_err(|e| config_error(NAME, &e))?;
+        super::refuse_encoded(NAME, &ctx.response)?;
         let Some(mut doc) = ctx
             .response
             .body()

@@ -121,3 +121,18 @@ async fn other_replies_pass() {
     assert!(out.body_set().is_none());
     assert_eq!(doc["result"]["task"]["id"], "t");
 }
+
+#[tokio::test]
+async fn a_compressed_reply_fails_instead_of_passing_unfiltered() {
+    let p = A2aCardFilter::default();
+    let call = TestCall::new().params(&[("rules", RULES)]);
+    let resp = TestResponse::new(200)
+        .header("content-type", "application/json")
+        .header("content-encoding", "gzip")
+        .body(vec![0x1f, 0x8b, 0x08]);
+    let err = call
+        .response(&p, &TestRequest::new("GET", "/.well-known/agent-card.json"), &resp)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("gzip"), "{err}");
+}
