@@ -109,3 +109,62 @@ kernel_ready() {
 wait_kernel() {
   wait_for "$3" kernel_ready "$1" "$2" || { echo "kernel not ready after $3 s: $2" >&2; return 1; }
 }
+
+# streaming_envoy_config OUT PORT ADMIN_PORT KERNEL_SOCK UPSTREAM_PORT ROUTES:
+# writes an Envoy config for the streaming benches (stream.sh,
+# mcp_progress.sh) to OUT: one listener on PORT with the ROUTES lines (YAML
+# route entries, indented for `routes:`), ext_proc sending request headers
+# only (the kernel asks for the rest by mode override), no stream idle
+# timeout (long event streams), the kernel on the Unix socket KERNEL_SOCK
+# and the upstream on UPSTREAM_PORT without circuit-breaker limits.
+streaming_envoy_config() {
+  cat >"$1" <<EOF
+admin: {address: {socket_address: {address: 127.0.0.1, port_value: $3}}}
+static_resources:
+  listeners:
+  - name: main
+    address: {socket_address: {address: 127.0.0.1, port_value: $2}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: ingress
+          stream_idle_timeout: 0s
+          route_config:
+            name: local
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes:
+$6
+          http_filters:
+          - name: envoy.filters.http.ext_proc
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor
+              grpc_service: {envoy_grpc: {cluster_name: policy_kernel}}
+              failure_mode_allow: false
+              allow_mode_override: true
+              message_timeout: 2.5s
+              request_attributes: ["xds.route_name"]
+              processing_mode: {request_header_mode: SEND, response_header_mode: SKIP, request_body_mode: NONE, response_body_mode: NONE}
+          - name: envoy.filters.http.router
+            typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}
+  clusters:
+  - name: policy_kernel
+    type: STATIC
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: {http2_protocol_options: {}}
+    load_assignment:
+      cluster_name: policy_kernel
+      endpoints: [{lb_endpoints: [{endpoint: {address: {pipe: {path: "$4"}}}}]}]
+  - name: upstream
+    type: STATIC
+    circuit_breakers: {thresholds: [{max_requests: 100000, max_pending_requests: 100000, max_connections: 100000}]}
+    load_assignment:
+      cluster_name: upstream
+      endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: $5}}}}]}]
+EOF
+}

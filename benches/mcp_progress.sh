@@ -68,56 +68,10 @@ EOF
 PIDS+=($!)
 wait_for 20 test -S "$RUN/kernel.sock"
 wait_for 20 bash -c "curl -fsS http://127.0.0.1:$P_METRICS/config | grep -q '\"healthy\":true'"
-cat >"$RUN/envoy.yaml" <<EOF
-admin: {address: {socket_address: {address: 127.0.0.1, port_value: $P_ADMIN}}}
-static_resources:
-  listeners:
-  - name: main
-    address: {socket_address: {address: 127.0.0.1, port_value: $P_ENVOY}}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: ingress
-          stream_idle_timeout: 0s
-          route_config:
-            name: local
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              routes:
-              - name: gov
+ROUTES='              - name: gov
                 match: {prefix: "/gov"}
-                route: {cluster: upstream, timeout: 0s, prefix_rewrite: "/mcp"}
-          http_filters:
-          - name: envoy.filters.http.ext_proc
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor
-              grpc_service: {envoy_grpc: {cluster_name: policy_kernel}}
-              failure_mode_allow: false
-              allow_mode_override: true
-              message_timeout: 2.5s
-              request_attributes: ["xds.route_name"]
-              processing_mode: {request_header_mode: SEND, response_header_mode: SKIP, request_body_mode: NONE, response_body_mode: NONE}
-          - name: envoy.filters.http.router
-            typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}
-  clusters:
-  - name: policy_kernel
-    type: STATIC
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: {http2_protocol_options: {}}
-    load_assignment:
-      cluster_name: policy_kernel
-      endpoints: [{lb_endpoints: [{endpoint: {address: {pipe: {path: "$RUN/kernel.sock"}}}}]}]
-  - name: upstream
-    type: STATIC
-    load_assignment:
-      cluster_name: upstream
-      endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: $P_UP}}}}]}]
-EOF
+                route: {cluster: upstream, timeout: 0s, prefix_rewrite: "/mcp"}'
+streaming_envoy_config "$RUN/envoy.yaml" "$P_ENVOY" "$P_ADMIN" "$RUN/kernel.sock" "$P_UP" "$ROUTES"
 "$ENVOY" -c "$RUN/envoy.yaml" --concurrency 1 --disable-hot-restart -l warning >"$RUN/envoy.log" 2>&1 &
 PIDS+=($!)
 wait_for 20 curl -fsS "http://127.0.0.1:$P_ADMIN/ready"

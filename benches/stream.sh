@@ -77,56 +77,8 @@ route() { # route NAME PREFIX [disabled]
     printf '                typed_per_filter_config:\n                  envoy.filters.http.ext_proc:\n                    "@type": type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExtProcPerRoute\n                    disabled: true\n'
   fi
 }
-cat >"$RUN/envoy.yaml" <<EOF
-admin: {address: {socket_address: {address: 127.0.0.1, port_value: $P_ADMIN}}}
-static_resources:
-  listeners:
-  - name: main
-    address: {socket_address: {address: 127.0.0.1, port_value: $P_ENVOY}}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: ingress
-          route_config:
-            name: local
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              routes:
-$(route e0 /e0 disabled)
-$(route streamed /streamed)
-$(route buffered /buffered)
-          http_filters:
-          - name: envoy.filters.http.ext_proc
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor
-              grpc_service: {envoy_grpc: {cluster_name: policy_kernel}}
-              failure_mode_allow: false
-              allow_mode_override: true
-              message_timeout: 2.5s
-              request_attributes: ["xds.route_name"]
-              processing_mode: {request_header_mode: SEND, response_header_mode: SKIP, request_body_mode: NONE, response_body_mode: NONE}
-          - name: envoy.filters.http.router
-            typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}
-  clusters:
-  - name: policy_kernel
-    type: STATIC
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: {http2_protocol_options: {}}
-    load_assignment:
-      cluster_name: policy_kernel
-      endpoints: [{lb_endpoints: [{endpoint: {address: {pipe: {path: "$RUN/kernel.sock"}}}}]}]
-  - name: upstream
-    type: STATIC
-    circuit_breakers: {thresholds: [{max_requests: 100000, max_pending_requests: 100000, max_connections: 100000}]}
-    load_assignment:
-      cluster_name: upstream
-      endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: $P_UP}}}}]}]
-EOF
+streaming_envoy_config "$RUN/envoy.yaml" "$P_ENVOY" "$P_ADMIN" "$RUN/kernel.sock" "$P_UP" \
+  "$(route e0 /e0 disabled; route streamed /streamed; route buffered /buffered)"
 $SUT "$ENVOY" -c "$RUN/envoy.yaml" --concurrency 1 --disable-hot-restart -l warning >"$RUN/envoy.log" 2>&1 &
 PIDS+=($!)
 $LG python3 "$ROOT/benches/stream_load.py" upstream "$P_UP" "$EVENTS" "$GAP" >"$RUN/upstream.log" 2>&1 &
