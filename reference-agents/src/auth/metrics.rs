@@ -32,6 +32,12 @@ fn counter(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
     register(IntCounterVec::new(Opts::new(name, help), labels).expect("a valid metric definition"))
 }
 
+/// Registers the series now (`auth-agent` does at start), so that a bad
+/// definition stops the agent at start rather than on a request.
+pub fn register_all() {
+    families();
+}
+
 fn families() -> &'static Families {
     static F: OnceLock<Families> = OnceLock::new();
     F.get_or_init(|| Families {

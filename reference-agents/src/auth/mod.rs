@@ -32,7 +32,7 @@ mod introspection;
 mod jwks;
 mod jwt;
 mod jwt_params;
-mod metrics;
+pub mod metrics;
 mod remote_keys;
 mod resource_metadata;
 mod roles;

@@ -48,6 +48,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
     };
     tracing::info!(keys = keys.len(), "API keys loaded");
+    reference_agents::auth::metrics::register_all();
     let builder = Agent::builder("auth-agent", env!("CARGO_PKG_VERSION"))
         .policy(ApiKeyAuth::new(keys))
         .policy(JwtValidation::new())
