@@ -91,9 +91,13 @@ $(SUPERVISOR_STAMP): $(ENVOY_STAMP)
 release:
 	cargo build --release -p policy-kernel -p reference-agents --bins
 
-# What `make run` starts, built with the RUN_PROFILE profile.
+# What `make run` starts (supervisord.conf): the kernel and five agents,
+# built with the RUN_PROFILE profile. Under LTO each binary is a
+# whole-program build of its own, so only these are built (not
+# policy-test-agent nor example-agent).
+RUN_BINS := policy-kernel auth-agent ratelimit-agent guardrail-agent tool-agent planner-agent
 build-run:
-	cargo build --profile $(RUN_PROFILE) -p policy-kernel -p reference-agents --bins
+	cargo build --profile $(RUN_PROFILE) -p policy-kernel -p reference-agents $(addprefix --bin ,$(RUN_BINS))
 
 ## build: debug build of the whole workspace.
 build:
