@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -35,29 +35,13 @@ impl A2aServer {
             .arg("--port-file")
             .arg(&port_file);
         let proc = Proc::spawn("a2a-server", &mut cmd, &log);
-        let port = port_from_file(&port_file, "the A2A server", &log);
+        let port = super::port_from_file(&port_file, Duration::from_secs(30), "the A2A server", &log);
         A2aServer { proc, port, log }
     }
 
     /// The server's log.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-/// Waits (up to 30 s) for a process to write its port to `file`.
-pub fn port_from_file(file: &Path, what: &str, log: &Path) -> u16 {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(p) = std::fs::read_to_string(file).ok().and_then(|s| s.trim().parse().ok()) {
-            return p;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{what} did not start:\n{}",
-            std::fs::read_to_string(log).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(50));
     }
 }
 

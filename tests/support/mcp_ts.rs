@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -42,21 +42,7 @@ impl TsServer {
             .arg("--port-file")
             .arg(&port_file);
         let proc = Proc::spawn("ts-mcp-server", &mut cmd, &log);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let port = loop {
-            if let Some(p) = std::fs::read_to_string(&port_file)
-                .ok()
-                .and_then(|s| s.trim().parse().ok())
-            {
-                break p;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "TypeScript MCP server did not start:\n{}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        };
+        let port = super::port_from_file(&port_file, Duration::from_secs(20), "TypeScript MCP server", &log);
         TsServer { proc, port, log }
     }
 

@@ -192,6 +192,23 @@ impl Drop for Proc {
     }
 }
 
+/// Waits up to `timeout` for a process to write its port to `file`; fails
+/// the test with the process's `log` when it does not.
+pub fn port_from_file(file: &Path, timeout: Duration, what: &str, log: &Path) -> u16 {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(p) = std::fs::read_to_string(file).ok().and_then(|s| s.trim().parse().ok()) {
+            return p;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what} did not start:\n{}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// The value of one sample in Prometheus text (`name{label="v",...}`, labels
 /// in alphabetical order, as rendered); 0 if absent.
 pub fn sample(text: &str, sample: &str) -> f64 {

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::agents::AgentCmd;
 use super::{root, Proc};
@@ -61,21 +61,7 @@ impl McpServer {
             .arg("--port-file")
             .arg(&port_file);
         let proc = Proc::spawn("mcp-server", &mut cmd, &log);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let port: u16 = loop {
-            if let Some(p) = std::fs::read_to_string(&port_file)
-                .ok()
-                .and_then(|s| s.trim().parse().ok())
-            {
-                break p;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "MCP server did not start:\n{}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        };
+        let port = super::port_from_file(&port_file, Duration::from_secs(30), "MCP server", &log);
         Self { proc, port }
     }
 }
