@@ -97,19 +97,23 @@ pub(super) fn binding_name(b: &Binding) -> &'static str {
 
 /// The outcome for a request that is not a readable call.
 pub(super) fn unreadable(u: &super::call::Unreadable, style: Style, code: i64) -> RequestOutcome {
-    let r = Refusal {
-        kind: Kind::Invalid,
-        reason: "INVALID_REQUEST",
-        message: u.message.clone(),
-        metadata: json!({}),
-    };
-    let mut deny = errors::render(&u.binding, style, code, &r);
-    if let Binding::JsonRpc { id } = &u.binding {
+    let deny = match &u.binding {
         // The binding's own code for parse errors, invalid requests and
         // params, on HTTP 200 as the binding answers its errors.
-        let body = json!({"jsonrpc": "2.0", "id": id, "error": {"code": u.code, "message": u.message}});
-        deny = policy_agents::Deny::json(200, &body).reason("a2a_invalid_request");
-    }
+        Binding::JsonRpc { id } => {
+            let body = json!({"jsonrpc": "2.0", "id": id, "error": {"code": u.code, "message": u.message}});
+            policy_agents::Deny::json(200, &body).reason("a2a_invalid_request")
+        }
+        Binding::Rest => {
+            let r = Refusal {
+                kind: Kind::Invalid,
+                reason: "INVALID_REQUEST",
+                message: u.message.clone(),
+                metadata: json!({}),
+            };
+            errors::render(&u.binding, style, code, &r)
+        }
+    };
     RequestOutcome::denied_with(deny)
         .set_metadata("a2a.decision", "deny")
         .set_metadata("a2a.rule", "invalid_request")
