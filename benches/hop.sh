@@ -20,6 +20,12 @@
 #        line (§10.2, at info) costs
 #   K1py the kernel and the Python example agent, blockUserAgents (passes
 #        and sets one request header) on the route
+#   K1c  the kernel and example-agent, pathAllowList on the route: a policy
+#        that declares its outcome cacheable on the path; every request has
+#        the same path, so after the warm-up the kernel answers from its
+#        decision cache (a warm cache)
+#   K1h  the same route, every other request on a path never seen before:
+#        half the requests are hits, half call the agent (and add an entry)
 # CPU per request is each process's utime+stime over the run, divided by
 # the requests; "ext_proc" is the server plus its agent; ratios are to F of
 # the same round, the table shows their medians.
@@ -36,7 +42,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BIN=${1:-$ROOT/target/release}
 N=${PK_HOP_REQUESTS:-20000}
 ROUNDS=${PK_HOP_ROUNDS:-3}
-SCENARIOS=${PK_HOP_SCENARIOS:-E0 F K0 K1 K1u K1q K1py}
+SCENARIOS=${PK_HOP_SCENARIOS:-E0 F K0 K1 K1u K1q K1py K1c K1h}
 # h2load streams per connection (-m): 1 as in issue 20's setup.
 STREAMS=${PK_HOP_STREAMS:-1}
 RUN=${RUN:-$(mktemp -d /tmp/pk-hop.XXXXXX)}
@@ -94,6 +100,11 @@ policy_kernel:
       request_policy_chain:
         - policy: blockUserAgents
           params: {blocked: "no-such-agent"}
+    - route_name: kc # K1c, K1h
+      request_policy_chain:
+        - policy: pathAllowList
+          agent: example
+          params: {prefixes: ["/kc/"]}
   observability:
     metrics_port: 0
 EOF
@@ -112,7 +123,7 @@ stack() {
     E0) start_envoy without ;;
     F) start floor "$BIN/pk-floor" --socket "$RUN/kernel.sock" --messages 2; SERVER_PID=$LAST_PID
        wait_for 20 test -S "$RUN/kernel.sock"; start_envoy with ;;
-    K0|K1|K1u|K1q|K1py)
+    K0|K1|K1u|K1q|K1py|K1c|K1h)
       start example "$BIN/example-agent" --socket "$RUN/example.sock"; EXAMPLE_PID=$LAST_PID
       start python "$PY" "$ROOT/agents/examples/python/agent.py" --socket "$RUN/python.sock"; PYTHON_PID=$LAST_PID
       wait_for 30 test -S "$RUN/example.sock"; wait_for 60 test -S "$RUN/python.sock"
@@ -121,20 +132,56 @@ stack() {
       start kernel "$BIN/policy-kernel" --config "$config"; SERVER_PID=$LAST_PID
       wait_for 30 test -S "$RUN/kernel.sock"
       start_envoy with
-      case $1 in K1|K1u|K1q) AGENT_PID=$EXAMPLE_PID ;; esac
+      case $1 in K1|K1u|K1q|K1c|K1h) AGENT_PID=$EXAMPLE_PID ;; esac
       [ "$1" = K1py ] && AGENT_PID=$PYTHON_PID ;;
   esac
-  case $1 in K0) PATH_=/k0/hop ;; K1u) PATH_=/k3/hop ;; K1py) PATH_=/kb/hop ;; *) PATH_=/k1/hop ;; esac
+  case $1 in K0) PATH_=/k0/hop ;; K1u) PATH_=/k3/hop ;; K1py) PATH_=/kb/hop ;; K1c|K1h) PATH_=/kc/hop ;; *) PATH_=/k1/hop ;; esac
   # Served (agents discovered and healthy) before the measurement.
   wait_for 30 curl -sf -o /dev/null "http://127.0.0.1:$PORT$PATH_" \
     || { echo "$1: $PATH_ not served: $RUN/kernel.log" >&2; exit 1; }
 }
+# uris FILE TAG COUNT: COUNT paths of K1h, /kc/hop and a path never used
+# elsewhere in turn
+uris() {
+  python3 -c 'import sys
+t, n, port = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+for i in range(n): print(f"http://127.0.0.1:{port}" + ("/kc/hop" if i % 2 == 0 else f"/kc/u{t}-{i}"))' "$2" "$3" "$PORT" >"$1"
+}
+# load REQUESTS OUT TAG: h2load on core LG_CPU, 16 connections, one stream
+# each. K1h runs 16 h2load of one connection each on a list of paths of its
+# own (h2load -i gives every connection the same list, from its start), and
+# writes their summed figures to OUT as h2load's summary lines.
+load() {
+  if [ "$SC" != K1h ]; then
+    taskset -c "$LG_CPU" timeout 300 h2load -n "$1" -c 16 -m "$STREAMS" "http://127.0.0.1:$PORT$PATH_" >"$2" 2>&1 || true
+    return
+  fi
+  local i pids=()
+  for i in $(seq 1 16); do
+    uris "$RUN/uris-$i.txt" "$3-$i" $(( $1 / 16 ))
+    taskset -c "$LG_CPU" timeout 300 h2load -n $(( $1 / 16 )) -c 1 -m "$STREAMS" -i "$RUN/uris-$i.txt" >"$2.$i" 2>&1 &
+    pids+=($!)
+  done
+  wait "${pids[@]}" || true
+  python3 - "$2" <<'PY'
+import re, sys
+out = sys.argv[1]; rps = ok = done = failed = 0.0
+for i in range(1, 17):
+    t = open(f"{out}.{i}").read()
+    m = re.search(r"finished in [\d.]+m?s, ([\d.]+) req/s", t); rps += float(m.group(1)) if m else 0
+    m = re.search(r"requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded, (\d+) failed", t)
+    if m: done += int(m.group(1)); failed += int(m.group(3))
+    m = re.search(r"status codes: (\d+) 2xx", t); ok += int(m.group(1)) if m else 0
+open(out, "w").write(f"finished in 0s, {rps:.2f} req/s\nrequests: {done:.0f} total, {done:.0f} started, {done:.0f} done, {ok:.0f} succeeded, {failed:.0f} failed\nstatus codes: {ok:.0f} 2xx\n")
+PY
+}
 # measure SCENARIO ROUND: one warm-up of N/10 requests, then N; a JSON line
 measure() {
-  local h="http://127.0.0.1:$PORT$PATH_" e0 s0 a0 e1 s1 a1 out="$RUN/h2load-$1-$2.txt"
-  taskset -c "$LG_CPU" h2load -n $((N / 10)) -c 16 -m "$STREAMS" "$h" >/dev/null 2>&1 || true
+  local e0 s0 a0 e1 s1 a1 out="$RUN/h2load-$1-$2.txt"
+  SC=$1
+  load $((N / 10)) "$RUN/warm.txt" "w$2"
   e0=$(cpu_us "$ENVOY_PID"); s0=${SERVER_PID:+$(cpu_us "$SERVER_PID")}; a0=${AGENT_PID:+$(cpu_us "$AGENT_PID")}
-  taskset -c "$LG_CPU" timeout 300 h2load -n "$N" -c 16 -m "$STREAMS" "$h" >"$out" 2>&1 || true
+  load "$N" "$out" "$2"
   e1=$(cpu_us "$ENVOY_PID"); s1=${SERVER_PID:+$(cpu_us "$SERVER_PID")}; a1=${AGENT_PID:+$(cpu_us "$AGENT_PID")}
   python3 - "$1" "$2" "$N" "$out" "$e0" "$e1" "${s0:-0}" "${s1:-0}" "${a0:-0}" "${a1:-0}" <<'PY'
 import json, re, sys

@@ -14,7 +14,8 @@ use tokio::time::Instant;
 use crate::aggregate::{
     convert_request_reply, convert_response_reply, Immediate, Metadata, Mutations, Next, Reply, RequestCtx, ResponseCtx,
 };
-use crate::config::OnFailure;
+use crate::config::{OnFailure, RouteMode};
+use crate::decisions;
 use crate::plan::{Group, Plan};
 use crate::registry::{AgentCall, AgentReply, CallError};
 use crate::snapshot::{CompiledPolicy, Phase, Route, Snapshot};
@@ -69,10 +70,15 @@ pub struct Report {
     pub skipped: bool,
     /// Instruction conflicts seen while merging.
     pub conflicts: u32,
+    /// Groups answered from the decision cache (no agent call).
+    pub cache_hits: u32,
 }
 
 /// A phase's view of the request: builds its calls, checks and applies replies.
 trait PhaseState {
+    /// The request as the next agent sees it, in the phase whose outcomes
+    /// may be cached.
+    fn cacheable_request(&self) -> Option<&RequestCtx>;
     fn message(&self, id: &str, policies: &[CompiledPolicy], meta: &Metadata) -> AgentCall;
     fn check(&self, id: &str, reply: AgentReply) -> Result<Reply, CallError>;
     fn apply(&mut self, r: &Reply, muts: &mut Mutations, meta: &mut Metadata, n: usize) -> Next;
@@ -81,6 +87,9 @@ trait PhaseState {
 struct RequestState<'a>(&'a mut RequestCtx);
 
 impl PhaseState for RequestState<'_> {
+    fn cacheable_request(&self) -> Option<&RequestCtx> {
+        Some(self.0)
+    }
     fn message(&self, id: &str, policies: &[CompiledPolicy], meta: &Metadata) -> AgentCall {
         AgentCall::Request(wire::request_call(id, policies.iter().map(|p| &p.wire), self.0, meta))
     }
@@ -101,6 +110,9 @@ struct ResponseState<'a> {
 }
 
 impl PhaseState for ResponseState<'_> {
+    fn cacheable_request(&self) -> Option<&RequestCtx> {
+        None
+    }
     fn message(&self, id: &str, policies: &[CompiledPolicy], meta: &Metadata) -> AgentCall {
         AgentCall::Response(wire::response_call(
             id,
@@ -175,73 +187,97 @@ impl Run<'_> {
             let Some(entries) = chain.policies.get(group.policies.clone()) else {
                 continue;
             };
-            let call = state.message(self.request_id, entries, self.meta);
-            let call_started = Instant::now();
-            let call_cx = chain_cx.as_ref().map(|parent| {
-                let names: Vec<opentelemetry::StringValue> =
-                    entries.iter().map(|p| p.proto.name.clone().into()).collect();
-                let mut attrs = vec![KeyValue::new("agent.name", agent.name().to_string())];
-                if multi {
-                    attrs.push(KeyValue::new("policies", opentelemetry::Value::Array(names.into())));
-                    attrs.push(KeyValue::new("group.index", (n + 1) as i64));
-                    RequestTrace::child_named(parent, format!("kernel.agent_call.{}", n + 1), attrs)
-                } else {
-                    attrs.push(KeyValue::new("policy.names", opentelemetry::Value::Array(names.into())));
-                    attrs.push(KeyValue::new("policy.count", entries.len() as i64));
-                    RequestTrace::child(parent, "kernel.agent_call", attrs)
-                }
-            });
-            // Boxed: a large future kept inline is copied by every future
-            // that awaits it, up to the stream's.
-            let result = Box::pin(agent.execute(call, deadline.min(call_started + agent.timeout()), call_cx.as_ref()))
-                .await
-                .and_then(|reply| state.check(self.request_id, reply));
-            if let Some(cx) = call_cx {
-                end(cx);
-            }
-            let duration = call_started.elapsed();
-            let status = match &result {
-                Ok(_) => 0,
-                Err(e) => e.status_index(),
-            };
-            if let Some(m) = metrics.agents.get(group.agent) {
-                m.calls[status].inc();
-                m.duration.observe(duration.as_secs_f64());
-            }
-            self.report.calls.push(CallRecord {
-                agent: group.agent,
-                phase,
-                policies: group.policies.clone(),
-                duration,
-                instructions: result.as_ref().map(|r| r.instructions.len()).unwrap_or(0),
-            });
-            let reply = match result {
-                Ok(reply) => reply,
-                Err(error) => {
-                    let action = match entries.first().and_then(|p| p.on_failure) {
-                        Some(f) => f,
-                        None if agent.config.fail_open => OnFailure::Continue,
-                        None => OnFailure::Deny,
-                    };
-                    self.failure(phase, group, n, error, action);
-                    match action {
-                        OnFailure::Deny => {
-                            outcome = Some(Outcome::Immediate(self.snap.responses.failure.clone()));
-                            break;
-                        }
-                        OnFailure::Continue => continue,
-                        OnFailure::SkipRemaining => {
-                            self.report.skipped = true;
-                            break;
-                        }
+            let cache = self.cache_key(group, entries, &*state);
+            let hit = cache.as_ref().and_then(|(key, _)| self.snap.decisions.store.get(key));
+            if cache.is_some() {
+                for p in entries {
+                    if let Some(c) = &p.cache_metrics {
+                        if hit.is_some() { &c.hit } else { &c.miss }.inc();
                     }
                 }
+            }
+            let called;
+            let reply = if let Some(entry) = &hit {
+                self.report.cache_hits += 1;
+                &entry.reply
+            } else {
+                let call = state.message(self.request_id, entries, self.meta);
+                let call_started = Instant::now();
+                let call_cx = chain_cx.as_ref().map(|parent| {
+                    let names: Vec<opentelemetry::StringValue> =
+                        entries.iter().map(|p| p.proto.name.clone().into()).collect();
+                    let mut attrs = vec![KeyValue::new("agent.name", agent.name().to_string())];
+                    if multi {
+                        attrs.push(KeyValue::new("policies", opentelemetry::Value::Array(names.into())));
+                        attrs.push(KeyValue::new("group.index", (n + 1) as i64));
+                        RequestTrace::child_named(parent, format!("kernel.agent_call.{}", n + 1), attrs)
+                    } else {
+                        attrs.push(KeyValue::new("policy.names", opentelemetry::Value::Array(names.into())));
+                        attrs.push(KeyValue::new("policy.count", entries.len() as i64));
+                        RequestTrace::child(parent, "kernel.agent_call", attrs)
+                    }
+                });
+                // Boxed: a large future kept inline is copied by every future
+                // that awaits it, up to the stream's.
+                let result =
+                    Box::pin(agent.execute(call, deadline.min(call_started + agent.timeout()), call_cx.as_ref()))
+                        .await
+                        .and_then(|reply| state.check(self.request_id, reply));
+                if let Some(cx) = call_cx {
+                    end(cx);
+                }
+                let duration = call_started.elapsed();
+                let status = match &result {
+                    Ok(_) => 0,
+                    Err(e) => e.status_index(),
+                };
+                if let Some(m) = metrics.agents.get(group.agent) {
+                    m.calls[status].inc();
+                    m.duration.observe(duration.as_secs_f64());
+                }
+                self.report.calls.push(CallRecord {
+                    agent: group.agent,
+                    phase,
+                    policies: group.policies.clone(),
+                    duration,
+                    instructions: result.as_ref().map(|r| r.instructions.len()).unwrap_or(0),
+                });
+                called = match result {
+                    Ok(reply) => reply,
+                    Err(error) => {
+                        let action = match entries.first().and_then(|p| p.on_failure) {
+                            Some(f) => f,
+                            None if agent.config.fail_open => OnFailure::Continue,
+                            None => OnFailure::Deny,
+                        };
+                        self.failure(phase, group, n, error, action);
+                        match action {
+                            OnFailure::Deny => {
+                                outcome = Some(Outcome::Immediate(self.snap.responses.failure.clone()));
+                                break;
+                            }
+                            OnFailure::Continue => continue,
+                            OnFailure::SkipRemaining => {
+                                self.report.skipped = true;
+                                break;
+                            }
+                        }
+                    }
+                };
+                if let Some((key, max_age)) = cache {
+                    let asked = called
+                        .cache_max_age_ms
+                        .map(|ms| std::time::Duration::from_millis(u64::from(ms)));
+                    let ttl = asked.map_or(max_age, |a| a.min(max_age));
+                    self.snap.decisions.store.put(key, called.clone(), ttl);
+                }
+                &called
             };
             let update_cx = chain_cx
                 .as_ref()
                 .filter(|_| multi)
                 .map(|parent| RequestTrace::child_named(parent, format!("kernel.context_update.{}", n + 1), vec![]));
-            let next = state.apply(&reply, &mut muts, self.meta, n);
+            let next = state.apply(reply, &mut muts, self.meta, n);
             if let Some(cx) = update_cx {
                 end(cx);
             }
@@ -299,6 +335,38 @@ impl Run<'_> {
             }
         }
         outcome.unwrap_or(Outcome::Continue(muts))
+    }
+
+    /// The decision cache key of `group`'s call and the longest an outcome
+    /// may be kept, when the call may be answered from the cache: an
+    /// enforced route with the cache on, a request phase, and every policy
+    /// of the group declared cacheable on its agent.
+    fn cache_key<S: PhaseState>(
+        &self,
+        group: &Group,
+        entries: &[CompiledPolicy],
+        state: &S,
+    ) -> Option<(decisions::Key, std::time::Duration)> {
+        let d = &self.snap.decisions;
+        if !d.enabled || !self.route.decision_cache || self.route.mode == RouteMode::Shadow {
+            return None;
+        }
+        let request = state.cacheable_request()?;
+        let mut max_age = d.max_age;
+        for p in entries {
+            max_age = max_age.min(p.cache_on(group.agent)?.max_age);
+        }
+        let scope = decisions::key::Scope {
+            version: self.snap.version,
+            route: &self.route.name,
+            agent: group.agent,
+            epoch: self.snap.agents.get(group.agent)?.epoch(),
+        };
+        let specs = entries
+            .iter()
+            .filter_map(|p| Some((&p.wire[..], p.cache_on(group.agent)?)));
+        let key = decisions::key::key(scope, specs, request, self.meta)?;
+        Some((key, max_age))
     }
 
     /// Records and logs a failed group (spec §10.2, partial chain failure).

@@ -12,6 +12,8 @@
 //! - [`plan`] — two-stage validation and grouping of chains into agent calls.
 //! - [`chain`] — running a plan, with context propagation and failure handling.
 //! - [`aggregate`] — checked agent instructions and the last-wins merge.
+//! - [`decisions`] — the decision cache: outcomes of calls whose policies
+//!   the agent declared cacheable, keyed on what they depend on.
 //! - [`envoy`] — the ext_proc service, stream state machine and translation,
 //!   request-body limits.
 //! - [`stream`] — streamed response bodies: SSE framing, streaming policies
@@ -43,6 +45,7 @@ pub mod admin;
 pub mod aggregate;
 pub mod chain;
 pub mod config;
+pub mod decisions;
 pub mod envoy;
 pub mod http;
 pub mod kernel;

@@ -11,7 +11,6 @@ use std::sync::Arc;
 
 use futures::StreamExt;
 use tokio::net::{TcpListener, UnixListener};
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 
 use crate::config::{ServerConfig, TlsConfig};
@@ -247,7 +246,11 @@ pub async fn serve(
             if let Some(tls) = &config.server.tls {
                 builder = builder.tls_config(tls_config(tls)?)?;
             }
-            let incoming = TcpListenerStream::new(l);
+            // The builder's tcp_nodelay applies only to listeners tonic binds
+            // itself: accepted sockets get TCP_NODELAY here, or Nagle's
+            // algorithm holds back small HTTP/2 frames (a reply) while an
+            // earlier one is unacknowledged.
+            let incoming = tonic::transport::server::TcpIncoming::from(l).with_nodelay(Some(true));
             Some(
                 builder
                     .add_service(service())

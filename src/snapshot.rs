@@ -13,6 +13,7 @@ use bytes::Bytes;
 
 use crate::aggregate::Immediate;
 use crate::config::{encode_params, KernelConfig, OnFailure, PhaseValidation, ResponseConfig};
+use crate::decisions::{CacheSpec, DecisionCache, Decisions};
 use crate::proto::{self, PolicyPhase};
 use crate::registry::AgentHandle;
 use crate::telemetry::metrics::RouteMetrics;
@@ -69,6 +70,38 @@ pub struct CompiledPolicy {
     /// The stream agents on which it streams only event streams
     /// (`streams_event_streams_only`): other bodies are buffered for it.
     pub event_stream_agents: Vec<usize>,
+    /// The candidates on which its request-phase outcome may be cached, with
+    /// what keys it (request chains only).
+    pub cache: Vec<(usize, Arc<CacheSpec>)>,
+    /// Decision cache hits and misses of this entry, when it is cacheable
+    /// somewhere.
+    pub cache_metrics: Option<CacheCounters>,
+}
+
+/// Decision cache counters of one chain entry.
+#[derive(Debug, Clone)]
+pub struct CacheCounters {
+    /// Answered from the cache.
+    pub hit: prometheus::IntCounter,
+    /// Looked up, not found: the agent was called.
+    pub miss: prometheus::IntCounter,
+}
+
+impl CacheCounters {
+    fn new(route: &str, policy: &str) -> Self {
+        let vec = &crate::telemetry::metrics::metrics().decision_cache;
+        Self {
+            hit: vec.with_label_values(&[route, policy, "hit"]),
+            miss: vec.with_label_values(&[route, policy, "miss"]),
+        }
+    }
+}
+
+impl CompiledPolicy {
+    /// What keys this entry's outcome on `agent`, when it is cacheable there.
+    pub fn cache_on(&self, agent: usize) -> Option<&CacheSpec> {
+        self.cache.iter().find(|(a, _)| *a == agent).map(|(_, s)| &**s)
+    }
 }
 
 /// A compiled chain.
@@ -97,6 +130,8 @@ pub struct Route {
     pub rr: AtomicUsize,
     /// Metric handles of this route, indexed by agent.
     pub metrics: RouteMetrics,
+    /// The route's `decision_cache` switch.
+    pub decision_cache: bool,
 }
 
 impl Route {
@@ -155,6 +190,8 @@ pub struct Snapshot {
     pub phase_timeout: Duration,
     /// The configuration this snapshot was built from.
     pub config: Arc<KernelConfig>,
+    /// The decision cache and its settings.
+    pub decisions: Decisions,
 }
 
 fn immediate(r: &ResponseConfig, reason: &str) -> Immediate {
@@ -183,10 +220,23 @@ impl Snapshot {
                 let route = Route {
                     name: r.route_name.clone(),
                     mode: r.mode,
-                    request: compile_chain(&r.request_policy_chain, Phase::Request, &agents, &by_name),
-                    response: compile_chain(&r.response_policy_chain, Phase::Response, &agents, &by_name),
+                    request: compile_chain(
+                        &r.route_name,
+                        &r.request_policy_chain,
+                        Phase::Request,
+                        &agents,
+                        &by_name,
+                    ),
+                    response: compile_chain(
+                        &r.route_name,
+                        &r.response_policy_chain,
+                        Phase::Response,
+                        &agents,
+                        &by_name,
+                    ),
                     rr: AtomicUsize::new(0),
                     metrics: RouteMetrics::new(&r.route_name, &names),
+                    decision_cache: r.decision_cache,
                 };
                 (r.route_name.clone(), Arc::new(route))
             })
@@ -206,8 +256,16 @@ impl Snapshot {
             phase_validation: config.response_phase_validation,
             route_name_header: config.server.route_name_header.as_ref().map(|h| h.to_ascii_lowercase()),
             phase_timeout: Duration::from_millis(config.server.phase_timeout_ms),
+            decisions: Decisions::new(&config.decision_cache),
             config,
         }
+    }
+
+    /// This snapshot with `store` as its decision cache: the one the kernel
+    /// keeps across reloads.
+    pub fn with_decision_store(mut self, store: Arc<DecisionCache>) -> Self {
+        self.decisions = Decisions::over(store, &self.config.decision_cache);
+        self
     }
 
     /// Logs every invalid route with its problems; returns how many there are.
@@ -225,6 +283,7 @@ impl Snapshot {
 }
 
 fn compile_chain(
+    route: &str,
     entries: &[crate::config::ChainEntry],
     phase: Phase,
     agents: &[Arc<AgentHandle>],
@@ -241,6 +300,7 @@ fn compile_chain(
             let mut body_agents = Vec::new();
             let mut stream_agents = Vec::new();
             let mut event_stream_agents = Vec::new();
+            let mut cache = Vec::new();
             let mut reasons = Vec::new();
             for (i, a) in agents.iter().enumerate() {
                 let Some(info) = a.policy(&e.policy) else { continue };
@@ -273,6 +333,14 @@ fn compile_chain(
                         may_stream = true;
                     }
                 }
+                if phase == Phase::Request {
+                    match CacheSpec::resolve(info.cache.as_ref(), &params) {
+                        Ok(Some(spec)) => cache.push((i, Arc::new(spec))),
+                        Ok(None) => {}
+                        Err(err) => tracing::warn!(agent = a.name(), policy = %e.policy, route, error = %err,
+                            "decision cache declaration not usable: the policy is called every time"),
+                    }
+                }
                 candidates.push(i);
             }
             let problem = candidates.is_empty().then(|| {
@@ -301,6 +369,8 @@ fn compile_chain(
                 body_agents,
                 stream_agents,
                 event_stream_agents,
+                cache_metrics: (!cache.is_empty()).then(|| CacheCounters::new(route, &e.policy)),
+                cache,
             }
         })
         .collect();

@@ -96,6 +96,7 @@
 
 mod action;
 mod agent;
+mod cache;
 mod call_stream;
 pub mod cli;
 pub mod client;
@@ -116,6 +117,7 @@ pub mod testing;
 
 pub use action::{Deny, Flow, HeaderOp, NewBody, RequestAction, ResponseAction};
 pub use agent::{Agent, AgentBuilder, AgentError};
+pub use cache::Cacheable;
 pub use context::{CallInfo, Metadata, Phase, RequestContext, RequestView, ResponseContext, ResponseView};
 pub use convert::{header_name, InstructionError};
 pub use outcome::{RequestOutcome, ResponseOutcome};

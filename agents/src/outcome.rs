@@ -169,6 +169,7 @@ pub struct RequestOutcome {
     metadata: Vec<(String, String)>,
     flow: Flow,
     message: Option<String>,
+    cache_max_age: Option<std::time::Duration>,
 }
 
 type RequestActionParts = Parts<RequestAction>;
@@ -216,6 +217,26 @@ impl RequestOutcome {
     /// Replaces the HTTP method.
     pub fn set_method(self, method: impl Into<String>) -> Self {
         self.action(RequestAction::SetMethod(method.into()))
+    }
+
+    /// For a policy that declares [`Policy::cache`](crate::Policy::cache):
+    /// the kernel keeps this outcome at most `max_age` (a token's remaining
+    /// lifetime, say), never longer than declared.
+    pub fn cache_for_at_most(mut self, max_age: std::time::Duration) -> Self {
+        self.cache_max_age = Some(self.cache_max_age.map_or(max_age, |d| d.min(max_age)));
+        self
+    }
+
+    /// For a policy that declares [`Policy::cache`](crate::Policy::cache):
+    /// the kernel must not keep this outcome (it depends on something the
+    /// declaration does not key on).
+    pub fn no_store(self) -> Self {
+        self.cache_for_at_most(std::time::Duration::ZERO)
+    }
+
+    /// The lifetime this outcome asks for, if it lowered the declared one.
+    pub fn cache_max_age(&self) -> Option<std::time::Duration> {
+        self.cache_max_age
     }
 
     common_builders!(RequestAction, RequestActionParts);

@@ -135,6 +135,14 @@ pub trait Policy: Send + Sync + 'static {
         false
     }
 
+    /// Whether the kernel may keep this policy's request-phase outcome and
+    /// answer repeats of the declared request parts with it, without a call
+    /// (see [`Cacheable`](crate::Cacheable)). `None` (the default): every
+    /// request calls the agent. Never declare it for a stateful policy.
+    fn cache(&self) -> Option<crate::Cacheable> {
+        None
+    }
+
     /// The streaming hook: one call per piece of a streamed response body
     /// (complete SSE events, or raw chunks), in order, the last with
     /// `end_of_stream`. Runs only when [`Policy::streams_response_body`].
@@ -211,6 +219,7 @@ impl<P: Policy> DynPolicy for P {
             streams_response_body: self.streams_response_body(),
             streams_event_streams_only: self.streams_event_streams_only(),
             required_params: self.required_params().iter().map(|s| s.to_string()).collect(),
+            cache: self.cache().map(|c| c.to_proto()),
         }
     }
 

@@ -51,6 +51,8 @@ struct Step<I> {
     /// `Some` when the chain stops after this policy, with the closing instructions.
     stop: Option<Vec<I>>,
     message: Option<String>,
+    /// The outcome's own cache lifetime, in milliseconds, when it set one.
+    cache: Option<u32>,
 }
 
 /// One phase's way of calling a hook and building its instructions.
@@ -96,12 +98,15 @@ impl PhaseCall for RequestCall<'_> {
                 metadata,
                 call: self.info,
             };
-            let ((actions, metadata, flow), message) = policy.run_request(params, &ctx).await?.into_parts();
+            let outcome = policy.run_request(params, &ctx).await?;
+            let cache = outcome.cache_max_age().map(crate::cache::millis);
+            let ((actions, metadata, flow), message) = outcome.into_parts();
             Ok(Step {
                 actions: convert::request_actions(actions)?,
                 metadata,
                 stop: Self::closing(flow)?,
                 message,
+                cache,
             })
         })
     }
@@ -149,6 +154,7 @@ impl PhaseCall for ResponseCall<'_> {
                 metadata,
                 stop: Self::closing(flow)?,
                 message,
+                cache: None,
             })
         })
     }
@@ -173,6 +179,8 @@ struct Chain<I> {
     instructions: Vec<I>,
     metadata: HashMap<String, String>,
     message: String,
+    /// The shortest cache lifetime an outcome asked for (0 after a failure).
+    cache: Option<u32>,
 }
 
 /// The 500 sent when a policy fails under `on_failure: deny` without its own denial.
@@ -192,6 +200,7 @@ async fn run_chain<C: PhaseCall>(
         instructions: Vec::new(),
         metadata: HashMap::new(),
         message: String::new(),
+        cache: None,
     };
     let mut messages = Vec::new();
     for policy in policies {
@@ -205,6 +214,8 @@ async fn run_chain<C: PhaseCall>(
             Err(err) => {
                 let mode = OnFailure::parse(&policy.on_failure);
                 tracing::warn!(policy = %policy.name, request_id, error = %err, on_failure = ?mode, "policy failed");
+                // A failure is never kept: the next request tries again.
+                chain.cache = Some(0);
                 match mode {
                     OnFailure::Continue => continue,
                     OnFailure::SkipRemaining => {
@@ -224,6 +235,9 @@ async fn run_chain<C: PhaseCall>(
             }
         };
         chain.instructions.extend(step.actions);
+        if let Some(ms) = step.cache {
+            chain.cache = Some(chain.cache.map_or(ms, |c| c.min(ms)));
+        }
         for (key, value) in step.metadata {
             metadata.insert(key.clone(), value.clone());
             chain.metadata.insert(key.clone(), value.clone());
@@ -257,6 +271,7 @@ pub(crate) async fn execute_request(
         instructions: chain.instructions,
         message: chain.message,
         policy_metadata: chain.metadata,
+        cache_max_age_ms: chain.cache,
     }
 }
 

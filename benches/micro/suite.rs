@@ -216,6 +216,7 @@ fn reply_50(id: &str) -> proto::PolicyRequestResponse {
         instructions,
         message: String::new(),
         policy_metadata: HashMap::from([("user".into(), "12345".into())]),
+        cache_max_age_ms: None,
     }
 }
 

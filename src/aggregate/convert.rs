@@ -151,6 +151,7 @@ fn convert<I>(
     let mut out = Reply {
         instructions: Vec::with_capacity(instructions.len()),
         metadata: metadata.into_iter().collect(),
+        cache_max_age_ms: None,
     };
     for i in instructions {
         if let Some(instr) = one(i.ok_or(InvalidReply::Empty)?)? {
@@ -169,8 +170,9 @@ fn query_name(name: String) -> Result<String, InvalidReply> {
 
 /// Checks a request-phase reply.
 pub fn convert_request_reply(want_id: &str, r: proto::PolicyRequestResponse) -> Result<Reply, InvalidReply> {
+    let cache_max_age_ms = r.cache_max_age_ms;
     let instructions = r.instructions.into_iter().map(|i| i.instruction).collect();
-    convert(want_id, r.request_id, instructions, r.policy_metadata, |i| {
+    let reply = convert(want_id, r.request_id, instructions, r.policy_metadata, |i| {
         Ok(Some(match i {
             Rq::SetHeader(h) => common(Common::Set(h))?,
             Rq::AppendHeader(h) => common(Common::Append(h))?,
@@ -204,6 +206,10 @@ pub fn convert_request_reply(want_id: &str, r: proto::PolicyRequestResponse) -> 
             Rq::Continue(_) => return Ok(None),
             Rq::SkipRemainingPolicies(_) => Instr::Skip,
         }))
+    })?;
+    Ok(Reply {
+        cache_max_age_ms,
+        ..reply
     })
 }
 

@@ -66,6 +66,8 @@ pub struct Reply {
     pub instructions: Vec<Instr>,
     /// The reply's `policy_metadata`.
     pub metadata: Vec<(String, String)>,
+    /// The reply's `cache_max_age_ms` (request phase).
+    pub cache_max_age_ms: Option<u32>,
 }
 
 /// The final state of one header name after merging (last wins).

@@ -29,6 +29,12 @@
 //!       upper: false                  # SSE: upper-case each event's data
 //!       end_at: 3                     # end the stream at this sequence
 //!       count: true                   # metadata chunks_seen = sequence + 1
+//!     cache:                          # PolicyInfo.cache (request phase)
+//!       max_age_ms: 60000
+//!       headers: [x-user]
+//!       metadata: [user]
+//!       body: false
+//!       reply_max_age_ms: 1000        # cache_max_age_ms of each reply
 //! ```
 //!
 //! Templates: `${header:NAME}`, `${meta:KEY}`, `${param:NAME}`, `${path}`,
@@ -109,6 +115,26 @@ struct ScriptPolicy {
     events_only: bool,
     #[serde(default)]
     chunk: ChunkScript,
+    /// Declares the request-phase outcome cacheable (`PolicyInfo.cache`).
+    #[serde(default)]
+    cache: Option<CacheScript>,
+}
+
+/// `cache:` of a policy: `PolicyInfo.cache`, and the lifetime each reply
+/// asks for.
+#[derive(Deserialize, Clone, Default)]
+#[serde(deny_unknown_fields)]
+struct CacheScript {
+    max_age_ms: u32,
+    #[serde(default)]
+    headers: Vec<String>,
+    #[serde(default)]
+    metadata: Vec<String>,
+    #[serde(default)]
+    body: bool,
+    /// `cache_max_age_ms` of every request-phase reply.
+    #[serde(default)]
+    reply_max_age_ms: Option<u32>,
 }
 
 /// What a streaming policy does with each piece.
@@ -513,6 +539,12 @@ impl PolicyAgent for Agent {
                 .collect(),
             message: String::new(),
             policy_metadata: Default::default(),
+            cache_max_age_ms: r
+                .policies
+                .iter()
+                .filter_map(|p| self.script.policies.iter().find(|s| s.name == p.name))
+                .filter_map(|s| s.cache.as_ref()?.reply_max_age_ms)
+                .min(),
         }))
     }
 
@@ -641,6 +673,13 @@ impl PolicyAgent for Agent {
                     streams_response_body: p.streams,
                     streams_event_streams_only: p.events_only,
                     required_params: p.required.clone(),
+                    cache: p.cache.as_ref().map(|c| proto::DecisionCache {
+                        max_age_ms: c.max_age_ms,
+                        headers: c.headers.clone(),
+                        metadata: c.metadata.clone(),
+                        body: c.body,
+                        ..Default::default()
+                    }),
                 })
                 .collect(),
         }))

@@ -7,16 +7,20 @@
 //! policy, params outside a policy's schema) are not errors here: the snapshot
 //! marks such routes invalid and the rest is served.
 
+mod decision_cache;
 mod generations;
 mod management;
 mod params;
+mod responses;
 mod types;
 
 use std::path::Path;
 
+pub use decision_cache::DecisionCacheConfig;
 pub use generations::GenerationsConfig;
 pub use management::ManagementConfig;
 pub use params::encode_params;
+pub use responses::ResponseConfig;
 pub use types::*;
 
 /// Why a configuration was refused.

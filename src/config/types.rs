@@ -7,8 +7,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::{encode_params, find_line, ConfigError};
-use crate::http::{valid_header_name, valid_header_value};
+use super::{encode_params, find_line, ConfigError, ResponseConfig};
+use crate::http::valid_header_name;
 
 /// The whole file: everything sits under the `policy_kernel` key.
 #[derive(Debug, Clone, Deserialize)]
@@ -56,6 +56,9 @@ pub struct KernelConfig {
     /// The management API (off when absent).
     #[serde(default)]
     pub management: Option<super::ManagementConfig>,
+    /// The cache of outcomes that agents declare cacheable.
+    #[serde(default)]
+    pub decision_cache: super::DecisionCacheConfig,
 }
 
 /// `server:`: where the kernel listens for Envoy.
@@ -306,6 +309,18 @@ pub struct RoutePolicy {
     /// Policies run on the upstream's response, in order.
     #[serde(default)]
     pub response_policy_chain: Vec<ChainEntry>,
+    /// `false` turns the decision cache off for this route: every request
+    /// calls its agents. Default true.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub decision_cache: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 /// `mode` of a route.
@@ -380,73 +395,6 @@ pub enum PhaseValidation {
     /// Re-check agent health before the response phase; answer with
     /// `agent_unavailable_response` when a planned agent became unhealthy.
     Strict,
-}
-
-/// A configured immediate response. When the section is given, `status_code`
-/// is required; `body` defaults to empty and `headers` to none.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ResponseConfig {
-    /// HTTP status, 200-599.
-    pub status_code: u16,
-    /// Body, sent as is.
-    #[serde(default)]
-    pub body: String,
-    /// Headers.
-    #[serde(default)]
-    pub headers: BTreeMap<String, String>,
-}
-
-impl ResponseConfig {
-    fn json(status: u16, body: &str, headers: &[(&str, &str)]) -> Self {
-        let mut h: BTreeMap<String, String> = headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        h.insert("Content-Type".into(), "application/json".into());
-        Self {
-            status_code: status,
-            body: body.into(),
-            headers: h,
-        }
-    }
-    /// Default `policy_not_supported_response`.
-    pub fn not_supported_default() -> Self {
-        Self::json(
-            500,
-            r#"{"error": "Policy configuration error", "code": "POLICY_NOT_SUPPORTED"}"#,
-            &[("X-Policy-Error", "configuration")],
-        )
-    }
-    /// Default `agent_unavailable_response`.
-    pub fn unavailable_default() -> Self {
-        Self::json(
-            503,
-            r#"{"error": "Policy service temporarily unavailable", "code": "AGENT_UNAVAILABLE"}"#,
-            &[("X-Policy-Error", "temporary"), ("Retry-After", "30")],
-        )
-    }
-    /// Default `overload_response`.
-    pub fn overload_default() -> Self {
-        Self::json(
-            503,
-            r#"{"error": "Policy service overloaded", "code": "OVERLOADED"}"#,
-            &[("Retry-After", "1")],
-        )
-    }
-    /// Default `payload_too_large_response`.
-    pub fn too_large_default() -> Self {
-        Self::json(
-            413,
-            r#"{"error": "Request body too large", "code": "PAYLOAD_TOO_LARGE"}"#,
-            &[],
-        )
-    }
-    /// Default `policy_failure_response`.
-    pub fn failure_default() -> Self {
-        Self::json(
-            500,
-            r#"{"error": "Policy execution failed", "code": "POLICY_EXECUTION_FAILED"}"#,
-            &[],
-        )
-    }
 }
 
 /// `observability:`.
@@ -540,6 +488,14 @@ impl KernelConfig {
                 t.otlp_endpoint != u.otlp_endpoint,
             ),
             ("management", self.management != next.management),
+            (
+                "decision_cache.max_entries",
+                self.decision_cache.max_entries != next.decision_cache.max_entries,
+            ),
+            (
+                "decision_cache.max_bytes",
+                self.decision_cache.max_bytes != next.decision_cache.max_bytes,
+            ),
         ]
         .into_iter()
         .filter_map(|(field, changed)| changed.then_some(field))
@@ -551,6 +507,7 @@ impl KernelConfig {
     pub fn validate(&self, text: &str) -> Result<(), ConfigError> {
         let p = "policy_kernel";
         self.server.validate(text)?;
+        self.decision_cache.validate(&format!("{p}.decision_cache"))?;
         let mut agent_names = HashSet::new();
         for (i, a) in self.agents.iter().enumerate() {
             let f = format!("{p}.agents[{i}]");
@@ -765,22 +722,5 @@ impl ChainEntry {
         encode_params(&self.params)
             .map(|_| ())
             .map_err(|(name, reason)| invalid(format!("{f}.params.{name}"), reason, None))
-    }
-}
-
-impl ResponseConfig {
-    fn validate(&self, f: &str) -> Result<(), ConfigError> {
-        if !(200..=599).contains(&self.status_code) {
-            return Err(invalid(format!("{f}.status_code"), "must be 200-599", None));
-        }
-        for (k, v) in &self.headers {
-            if !valid_header_name(k.as_bytes()) || k.starts_with(':') {
-                return Err(invalid(format!("{f}.headers.{k}"), "not a header name", None));
-            }
-            if !valid_header_value(v.as_bytes()) {
-                return Err(invalid(format!("{f}.headers.{k}"), "value holds CR, LF or NUL", None));
-            }
-        }
-        Ok(())
     }
 }

@@ -17,7 +17,7 @@
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
@@ -105,6 +105,9 @@ pub(super) struct Connection {
     open: ArcSwapOption<Open>,
     /// Held while connecting, so that concurrent calls make one connection.
     connecting: tokio::sync::Mutex<()>,
+    /// +1 each time a connection is made or ends: outcomes cached from one
+    /// connection's agent process are not reused on another's.
+    epoch: Arc<AtomicU64>,
 }
 
 /// HTTP/2 flow-control windows: room for a large (up to 16 MiB) reply
@@ -140,15 +143,24 @@ impl Connection {
         let closed = Arc::new(AtomicBool::new(false));
         let path = self.path.clone();
         let ended = Arc::clone(&closed);
+        let epoch = Arc::clone(&self.epoch);
+        epoch.fetch_add(1, Ordering::AcqRel);
         tokio::spawn(async move {
             if let Err(e) = connection.await {
                 tracing::debug!(socket = %path.display(), error = %e, "agent connection closed");
             }
             ended.store(true, Ordering::Release);
+            epoch.fetch_add(1, Ordering::AcqRel);
         });
         let open = Arc::new(Open { sender, closed });
         self.open.store(Some(Arc::clone(&open)));
         Ok((open, true))
+    }
+
+    /// The connection epoch: it changes whenever a connection is made or
+    /// ends, so an agent restart always changes it.
+    pub(super) fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
     }
 
     /// Checks who serves the socket before anything is sent on it; a
@@ -317,6 +329,7 @@ pub fn connect_lazy(
             expected,
             open: ArcSwapOption::empty(),
             connecting: tokio::sync::Mutex::new(()),
+            epoch: Arc::new(AtomicU64::new(0)),
         }),
     };
     let stream = Arc::new(super::mux::CallStream::new(Arc::clone(&http.connection)));

@@ -152,6 +152,13 @@ impl AgentHandle {
         serves.then_some(&*self.stream)
     }
 
+    /// The agent's connection epoch: it changes whenever the kernel's
+    /// connection to the agent is made or ends (an agent restart always
+    /// does both). Keys the decision cache.
+    pub fn epoch(&self) -> u64 {
+        self.stream.epoch()
+    }
+
     /// Per-call timeout.
     pub fn timeout(&self) -> Duration {
         Duration::from_millis(self.config.timeout_ms)

@@ -126,6 +126,11 @@ impl CallStream {
         }
     }
 
+    /// The connection's epoch (see [`Connection::epoch`]).
+    pub(super) fn epoch(&self) -> u64 {
+        self.connection.epoch()
+    }
+
     fn current(&self) -> Option<Arc<Session>> {
         self.session.load_full().filter(|s| !s.closed.load(Ordering::Acquire))
     }

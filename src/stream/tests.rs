@@ -20,6 +20,8 @@ fn policy(name: &str, candidates: &[usize], body: &[usize], streams: &[usize]) -
         body_agents: body.to_vec(),
         stream_agents: streams.to_vec(),
         event_stream_agents: Vec::new(),
+        cache: Vec::new(),
+        cache_metrics: None,
     }
 }
 

@@ -60,6 +60,13 @@ pub struct Metrics {
     /// `policy_kernel_ext_proc_peers_refused_total{reason}`: connections to
     /// the kernel's socket refused by `server.allowed_peer_uids`.
     pub ext_proc_peers_refused: IntCounterVec,
+    /// `policy_kernel_decision_cache_total{route,policy,result}`: lookups of
+    /// the decision cache, `hit` or `miss`.
+    pub decision_cache: IntCounterVec,
+    /// `policy_kernel_decision_cache_entries`.
+    pub decision_cache_entries: IntGauge,
+    /// `policy_kernel_decision_cache_bytes`: the entries' weight.
+    pub decision_cache_bytes: IntGauge,
 }
 
 fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -208,6 +215,22 @@ impl Metrics {
                 "policy_kernel_ext_proc_peers_refused_total",
                 "Connections to the kernel's ext_proc socket refused by server.allowed_peer_uids",
                 &["reason"],
+            ),
+            decision_cache: counter(
+                &r,
+                "policy_kernel_decision_cache_total",
+                "Decision cache lookups by route and policy: hit (no agent call) or miss",
+                &["route", "policy", "result"],
+            ),
+            decision_cache_entries: gauge(
+                &r,
+                "policy_kernel_decision_cache_entries",
+                "Entries in the decision cache, as of the last insert",
+            ),
+            decision_cache_bytes: gauge(
+                &r,
+                "policy_kernel_decision_cache_bytes",
+                "Weight of the decision cache's entries in bytes, as of the last insert",
             ),
             registry: r,
         }

@@ -11,7 +11,12 @@ use sha2::{Digest, Sha256};
 use subtle::{Choice, ConditionallySelectable, ConstantTimeEq};
 
 use super::unauthorized;
-use policy_agents::{describe, FromParams, ParamError, Params, Policy, PolicyError, RequestContext, RequestOutcome};
+use policy_agents::{
+    describe, Cacheable, FromParams, ParamError, Params, Policy, PolicyError, RequestContext, RequestOutcome,
+};
+
+/// How long the kernel may answer for a key without asking again.
+pub const CACHE_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Why the key file could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -144,6 +149,13 @@ impl ApiKeyAuth {
 impl Policy for ApiKeyAuth {
     type Params = ApiKeyParams;
     describe! { name: "apiKeyAuth", params: &["header_name", "required"] }
+
+    /// The outcome depends on the presented key and the key file, which is
+    /// read at start: the kernel may keep it a minute, keyed on the key
+    /// (hashed, as every key part is), and drops it when the agent restarts.
+    fn cache(&self) -> Option<Cacheable> {
+        Some(Cacheable::for_at_most(CACHE_MAX_AGE).header_param("header_name", "x-api-key"))
+    }
 
     async fn on_request(&self, params: &ApiKeyParams, ctx: &RequestContext<'_>) -> Result<RequestOutcome, PolicyError> {
         let challenge = format!("ApiKey header=\"{}\"", params.header_name.to_ascii_lowercase());

@@ -29,7 +29,7 @@ use super::jwks::{find_key, Family, KeyCache, VerifyKey};
 use super::remote_keys::{Lookup, RemoteKeySets};
 use super::{bearer_challenge, unauthorized};
 use crate::error_body;
-use policy_agents::{describe, Deny, Policy, PolicyError, RequestContext, RequestOutcome};
+use policy_agents::{describe, Cacheable, Deny, Policy, PolicyError, RequestContext, RequestOutcome};
 
 pub use super::jwt_params::JwtParams;
 
@@ -155,7 +155,17 @@ impl JwtValidation {
                 .get(cfg)
                 .map_err(|e| PolicyError::new(format!("jwtValidation: ca_file: {e}")))?;
             return Ok(match source.lookup(alg, kid, ctx.call.deadline).await {
-                Lookup::Found { keys, index, stale } => Ok(KeyRef::Set { keys, index, stale }),
+                Lookup::Found {
+                    keys,
+                    index,
+                    stale,
+                    fresh_for,
+                } => Ok(KeyRef::Set {
+                    keys,
+                    index,
+                    stale,
+                    fresh_for: Some(fresh_for),
+                }),
                 Lookup::UnknownKey => Err(NoKey::Refused("unknown_key")),
                 Lookup::Unavailable => Err(NoKey::Unavailable),
             });
@@ -172,6 +182,7 @@ impl JwtValidation {
                 keys,
                 index,
                 stale: false,
+                fresh_for: None,
             }),
             None => Err(NoKey::Refused("unknown_key")),
         })
@@ -185,6 +196,8 @@ enum KeyRef {
         keys: Arc<Vec<VerifyKey>>,
         index: usize,
         stale: bool,
+        /// What is left of a remote set's lifetime.
+        fresh_for: Option<std::time::Duration>,
     },
 }
 
@@ -234,39 +247,87 @@ impl Policy for JwtValidation {
         super::jwt_params::PARAMS
     }
 
+    /// An accepted token's outcome depends on the token, the params and the
+    /// keys: the kernel may keep it until the token's `exp`, at most a
+    /// minute (the bound on a key removed from a key set). Refusals are
+    /// never kept: some depend on the clock (`nbf`) or on a key set that
+    /// could not be fetched.
+    fn cache(&self) -> Option<Cacheable> {
+        Some(Cacheable::for_at_most(CACHE_MAX_AGE).header("authorization"))
+    }
+
     async fn on_request(&self, params: &JwtParams, ctx: &RequestContext<'_>) -> Result<RequestOutcome, PolicyError> {
-        let rm = params.resource_metadata.as_deref();
-        let invalid = bearer_challenge(Some("invalid_token"), None, rm);
-        let token = ctx.request.header("authorization").and_then(|h| {
-            let (scheme, token) = h.trim().split_once(' ')?;
-            scheme.eq_ignore_ascii_case("bearer").then_some(token.trim())
-        });
-        let Some(token) = token.filter(|t| !t.is_empty()) else {
-            return Ok(unauthorized("missing_token", &bearer_challenge(None, None, rm)));
-        };
-        let header = match decode_header(token) {
-            Ok(h) => h,
-            Err(_) => return Ok(unauthorized("malformed", &invalid)),
-        };
-        let key = match self.key_for(params, header.alg, header.kid.as_deref(), ctx).await? {
-            Ok(found) => found,
-            Err(NoKey::Refused(why)) => return Ok(unauthorized(why, &invalid)),
-            Err(NoKey::Unavailable) => return Ok(keys_unavailable()),
-        };
-        let Some(decoding) = key.key() else {
-            return Ok(unauthorized("unknown_key", &invalid));
-        };
-        let claims = match decode::<Map<String, Value>>(token, decoding, &validation(params, header.alg)) {
-            Ok(data) => data.claims,
-            Err(e) => return Ok(unauthorized(reason(e.kind()), &invalid)),
-        };
-        let mut out = RequestOutcome::proceed().set_metadata("auth_method", "jwt");
-        if let KeyRef::Set { stale, .. } = key {
-            if params.remote.is_some() {
-                out = out.set_metadata("jwt.keys", if stale { "stale" } else { "fresh" });
-            }
+        let out = decide(self, params, ctx).await?;
+        Ok(if out.denial().is_some() { out.no_store() } else { out })
+    }
+}
+
+/// `jwtValidation`'s decision.
+async fn decide(
+    policy: &JwtValidation,
+    params: &JwtParams,
+    ctx: &RequestContext<'_>,
+) -> Result<RequestOutcome, PolicyError> {
+    let rm = params.resource_metadata.as_deref();
+    let invalid = bearer_challenge(Some("invalid_token"), None, rm);
+    let token = ctx.request.header("authorization").and_then(|h| {
+        let (scheme, token) = h.trim().split_once(' ')?;
+        scheme.eq_ignore_ascii_case("bearer").then_some(token.trim())
+    });
+    let Some(token) = token.filter(|t| !t.is_empty()) else {
+        return Ok(unauthorized("missing_token", &bearer_challenge(None, None, rm)));
+    };
+    let header = match decode_header(token) {
+        Ok(h) => h,
+        Err(_) => return Ok(unauthorized("malformed", &invalid)),
+    };
+    let key = match policy.key_for(params, header.alg, header.kid.as_deref(), ctx).await? {
+        Ok(found) => found,
+        Err(NoKey::Refused(why)) => return Ok(unauthorized(why, &invalid)),
+        Err(NoKey::Unavailable) => return Ok(keys_unavailable()),
+    };
+    let Some(decoding) = key.key() else {
+        return Ok(unauthorized("unknown_key", &invalid));
+    };
+    let claims = match decode::<Map<String, Value>>(token, decoding, &validation(params, header.alg)) {
+        Ok(data) => data.claims,
+        Err(e) => return Ok(unauthorized(reason(e.kind()), &invalid)),
+    };
+    let mut out = RequestOutcome::proceed()
+        .set_metadata("auth_method", "jwt")
+        .cache_for_at_most(until_exp(&claims));
+    if let KeyRef::Set { stale, fresh_for, .. } = key {
+        if params.remote.is_some() {
+            out = out.set_metadata("jwt.keys", if stale { "stale" } else { "fresh" });
+            // Kept no longer than the keys it was verified with.
+            out = out.cache_for_at_most(if stale {
+                Duration::ZERO
+            } else {
+                fresh_for.unwrap_or_default()
+            });
         }
-        Ok(with_claims(out, &claims, &params.forward_claims))
+    }
+    Ok(with_claims(out, &claims, &params.forward_claims))
+}
+
+/// How long the kernel may keep an accepted token's outcome.
+pub const CACHE_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The time left until the token's `exp`, rounded down to milliseconds;
+/// zero without `exp` a number (never kept) or once it passed.
+fn until_exp(claims: &Map<String, Value>) -> std::time::Duration {
+    let Some(exp) = claims.get("exp").and_then(Value::as_f64) else {
+        return std::time::Duration::ZERO;
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64();
+    let left = exp - now;
+    if left.is_finite() && left > 0.0 {
+        std::time::Duration::from_millis((left * 1000.0).floor() as u64)
+    } else {
+        std::time::Duration::ZERO
     }
 }
 

@@ -71,11 +71,13 @@ pub(crate) struct RemoteConfig {
 
 /// What a key lookup found.
 pub(crate) enum Lookup {
-    /// The key: `keys[index]`; `stale` when the set outlived its lifetime.
+    /// The key: `keys[index]`; `stale` when the set outlived its lifetime;
+    /// `fresh_for`, how long the set has left of its lifetime.
     Found {
         keys: Arc<Vec<VerifyKey>>,
         index: usize,
         stale: bool,
+        fresh_for: Duration,
     },
     /// The provider publishes no key with this `kid` (and algorithm).
     UnknownKey,
@@ -387,6 +389,7 @@ fn found(snap: &Snapshot, index: usize, stale: bool) -> Lookup {
         keys: Arc::clone(&snap.keys),
         index,
         stale,
+        fresh_for: snap.fresh_until.saturating_duration_since(Instant::now()),
     }
 }
 

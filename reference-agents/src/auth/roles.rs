@@ -2,7 +2,9 @@
 //! `jwtValidation` writes them) must include every role in `required_roles`.
 
 use crate::error_body;
-use policy_agents::{describe, FromParams, ParamError, Params, Policy, PolicyError, RequestContext, RequestOutcome};
+use policy_agents::{
+    describe, Cacheable, FromParams, ParamError, Params, Policy, PolicyError, RequestContext, RequestOutcome,
+};
 
 /// Parameters of `roleCheck`.
 #[derive(Debug, Clone)]
@@ -27,6 +29,11 @@ pub struct RoleCheck;
 impl Policy for RoleCheck {
     type Params = RoleParams;
     describe! { name: "roleCheck", params: &["required_roles"] }
+
+    /// A pure function of the params and the `roles` metadata.
+    fn cache(&self) -> Option<Cacheable> {
+        Some(Cacheable::for_at_most(std::time::Duration::from_secs(300)).metadata("roles"))
+    }
 
     async fn on_request(&self, params: &RoleParams, ctx: &RequestContext<'_>) -> Result<RequestOutcome, PolicyError> {
         let held: Vec<&str> = ctx

@@ -3,6 +3,9 @@
 //! * `addHeader` (`name`, `value`): sets a header in the request or response phase.
 //! * `delay` (`ms`): waits before letting the request through (for timeout and
 //!   drain tests of the kernel and of the SDK).
+//! * `pathAllowList` (`prefixes`): refuses a request whose path starts with
+//!   none of the prefixes; its outcome depends on the path alone, so it
+//!   declares it cacheable and the kernel answers repeats itself.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -10,7 +13,7 @@ use std::time::Duration;
 use clap::Parser;
 use policy_agents::cli::{init_tracing, ServeArgs};
 use policy_agents::{
-    Agent, FromParams, ParamError, Params, Phases, Policy, PolicyError, RequestContext, RequestOutcome,
+    Agent, Cacheable, FromParams, ParamError, Params, Phases, Policy, PolicyError, RequestContext, RequestOutcome,
     ResponseContext, ResponseOutcome,
 };
 
@@ -74,9 +77,42 @@ impl Policy for Delay {
     }
 }
 
+/// Lets through paths that start with one of `prefixes`.
+struct PathAllowList;
+
+impl Policy for PathAllowList {
+    type Params = Params;
+    fn name(&self) -> &str {
+        "pathAllowList"
+    }
+    fn version(&self) -> &str {
+        env!("CARGO_PKG_VERSION")
+    }
+    fn param_schema(&self) -> &[&str] {
+        &["prefixes"]
+    }
+    fn required_params(&self) -> &[&str] {
+        &["prefixes"]
+    }
+    /// The outcome is a function of the params (always part of the key)
+    /// and the path.
+    fn cache(&self) -> Option<Cacheable> {
+        Some(Cacheable::for_at_most(Duration::from_secs(60)).header(":path"))
+    }
+    async fn on_request(&self, p: &Params, ctx: &RequestContext<'_>) -> Result<RequestOutcome, PolicyError> {
+        let prefixes = p.list("prefixes")?;
+        let path = ctx.request.path();
+        if prefixes.iter().any(|prefix| path.starts_with(prefix.as_str())) {
+            Ok(RequestOutcome::proceed())
+        } else {
+            Ok(RequestOutcome::deny(403, "path not allowed"))
+        }
+    }
+}
+
 /// Flags of `example-agent`.
 #[derive(Parser)]
-#[command(version, about = "Example policy agent: addHeader and delay")]
+#[command(version, about = "Example policy agent: addHeader, delay and pathAllowList")]
 struct Args {
     /// Unix socket to listen on.
     #[arg(long, default_value = "/var/run/policy-engine/agents/example.sock")]
@@ -94,7 +130,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
     init_tracing(args.serve.log_json);
     let builder = Agent::builder("example-agent", env!("CARGO_PKG_VERSION"))
         .policy(AddHeader)
-        .policy(Delay);
+        .policy(Delay)
+        .policy(PathAllowList);
     args.serve.apply(builder).serve_unix(&args.socket).await?;
     Ok(())
 }
