@@ -26,6 +26,9 @@
 #        decision cache (a warm cache)
 #   K1h  the same route, every other request on a path never seen before:
 #        half the requests are hits, half call the agent (and add an entry)
+#   Ft, K0t, K1t  F, K0 and K1 with Envoy reaching the ext_proc server over
+#        TCP on loopback instead of its Unix socket (the agent stays on its
+#        socket); their ratios are to Ft
 # CPU per request is each process's utime+stime over the run, divided by
 # the requests; "ext_proc" is the server plus its agent; ratios are to F of
 # the same round, the table shows their medians.
@@ -42,7 +45,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BIN=${1:-$ROOT/target/release}
 N=${PK_HOP_REQUESTS:-20000}
 ROUNDS=${PK_HOP_ROUNDS:-3}
-SCENARIOS=${PK_HOP_SCENARIOS:-E0 F K0 K1 K1u K1q K1py K1c K1h}
+SCENARIOS=${PK_HOP_SCENARIOS:-E0 F K0 K1 K1u K1q K1py K1c K1h Ft K0t K1t}
 # h2load streams per connection (-m): 1 as in issue 20's setup.
 STREAMS=${PK_HOP_STREAMS:-1}
 RUN=${RUN:-$(mktemp -d /tmp/pk-hop.XXXXXX)}
@@ -65,11 +68,14 @@ start() { # start NAME CMD...: on core SUT_CPU, logs in RUN, pid in LAST_PID
   LAST_PID=$!; PIDS+=("$LAST_PID")
 }
 
-read -r PORT ADMIN UPSTREAM <<<"$(free_ports 3)"
+read -r PORT ADMIN UPSTREAM KPORT <<<"$(free_ports 4)"
 for mode in with without; do
   envoy_config "$RUN/envoy-$mode.yaml" "$PORT" "$ADMIN" "$UPSTREAM" "$RUN/kernel.sock" "$mode"
   sed -i 's/response_header_mode: SKIP/response_header_mode: SEND/' "$RUN/envoy-$mode.yaml"
 done
+sed "s#{pipe: {path: \"$RUN/kernel.sock\"}}#{socket_address: {address: 127.0.0.1, port_value: $KPORT}}#" \
+  "$RUN/envoy-with.yaml" >"$RUN/envoy-tcp.yaml"
+grep -q "port_value: $KPORT" "$RUN/envoy-tcp.yaml" || { echo "hop.sh: no TCP variant of the Envoy config" >&2; exit 1; }
 cat >"$RUN/kernel.yaml" <<EOF
 # The shipped defaults, but for the sockets, the agents and the routes.
 policy_kernel:
@@ -109,6 +115,7 @@ policy_kernel:
     metrics_port: 0
 EOF
 sed 's/^    metrics_port: 0$/    metrics_port: 0\n    log_level: warn/' "$RUN/kernel.yaml" >"$RUN/kernel-quiet.yaml"
+sed "s/^    port: 0$/    port: $KPORT/" "$RUN/kernel.yaml" >"$RUN/kernel-tcp.yaml"
 
 start_envoy() {
   start "envoy-$1" "$ENVOY" -c "$RUN/envoy-$1.yaml" --concurrency 1 --disable-hot-restart -l warning --base-id "$PORT"
@@ -123,19 +130,22 @@ stack() {
     E0) start_envoy without ;;
     F) start floor "$BIN/pk-floor" --socket "$RUN/kernel.sock" --messages 2; SERVER_PID=$LAST_PID
        wait_for 20 test -S "$RUN/kernel.sock"; start_envoy with ;;
-    K0|K1|K1u|K1q|K1py|K1c|K1h)
+    Ft) start floor "$BIN/pk-floor" --port "$KPORT" --messages 2; SERVER_PID=$LAST_PID
+       wait_for 20 bash -c "exec 3<>/dev/tcp/127.0.0.1/$KPORT"; start_envoy tcp ;;
+    K0|K1|K1u|K1q|K1py|K1c|K1h|K0t|K1t)
       start example "$BIN/example-agent" --socket "$RUN/example.sock"; EXAMPLE_PID=$LAST_PID
       start python "$PY" "$ROOT/agents/examples/python/agent.py" --socket "$RUN/python.sock"; PYTHON_PID=$LAST_PID
       wait_for 30 test -S "$RUN/example.sock"; wait_for 60 test -S "$RUN/python.sock"
       local config="$RUN/kernel.yaml"
       [ "$1" = K1q ] && config="$RUN/kernel-quiet.yaml"
+      case $1 in K0t|K1t) config="$RUN/kernel-tcp.yaml" ;; esac
       start kernel "$BIN/policy-kernel" --config "$config"; SERVER_PID=$LAST_PID
       wait_for 30 test -S "$RUN/kernel.sock"
-      start_envoy with
-      case $1 in K1|K1u|K1q|K1c|K1h) AGENT_PID=$EXAMPLE_PID ;; esac
+      case $1 in K0t|K1t) start_envoy tcp ;; *) start_envoy with ;; esac
+      case $1 in K1|K1u|K1q|K1c|K1h|K1t) AGENT_PID=$EXAMPLE_PID ;; esac
       [ "$1" = K1py ] && AGENT_PID=$PYTHON_PID ;;
   esac
-  case $1 in K0) PATH_=/k0/hop ;; K1u) PATH_=/k3/hop ;; K1py) PATH_=/kb/hop ;; K1c|K1h) PATH_=/kc/hop ;; *) PATH_=/k1/hop ;; esac
+  case $1 in K0|K0t) PATH_=/k0/hop ;; K1u) PATH_=/k3/hop ;; K1py) PATH_=/kb/hop ;; K1c|K1h) PATH_=/kc/hop ;; *) PATH_=/k1/hop ;; esac
   # Served (agents discovered and healthy) before the measurement.
   wait_for 30 curl -sf -o /dev/null "http://127.0.0.1:$PORT$PATH_" \
     || { echo "$1: $PATH_ not served: $RUN/kernel.log" >&2; exit 1; }
@@ -214,13 +224,14 @@ by = {}
 for r in rows:
     r["ext_us"] = r["server_us"] + r["agent_us"]
     by.setdefault(r["scenario"], []).append(r)
-floor = {r["round"]: r for r in by.get("F", [])}
+floors = {f: {r["round"]: r for r in by.get(f, [])} for f in ("F", "Ft")}
 def med(xs): return st.median(xs) if xs else float("nan")
 print(f"One agent hop through Envoy (benches/hop.sh): {n} requests x {rounds} rounds, h2load -c 16 -m {streams}, medians; CPU per request in µs; ratios to F of the same round")
 print()
 print("| scenario | req/s | Envoy | server | agent | ext_proc (server + agent) | ext_proc / F | req/s / F | non-2xx or failed |")
 print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 for sc, rs in by.items():
+    floor = floors["Ft" if sc.endswith("t") else "F"]
     cpu_ratio = [r["ext_us"] / floor[r["round"]]["ext_us"] for r in rs if r["round"] in floor and floor[r["round"]]["ext_us"] > 0]
     rps_ratio = [r["rps"] / floor[r["round"]]["rps"] for r in rs if r["round"] in floor and floor[r["round"]]["rps"] > 0]
     bad = sum(int(n) - r["ok"] for r in rs)

@@ -21,6 +21,10 @@
 # EK1 - EF2 what the kernel's answers cost it beyond that. Not run by
 # default (about 80 s each; Envoy needs `make setup`).
 #
+# Scenario K1c is a route whose one request policy declares its outcome
+# cacheable (benches/configs/kernel.yaml): every stream after the first is
+# answered from the decision cache.
+#
 # Usage: bash benches/instructions.sh [SCENARIO...]   (default: F K0 K1 K3 A1)
 #   PK_IR_RATE (default 200 streams/s), PK_IR_SHORT / PK_IR_LONG (2 / 6 s),
 #   PK_IR_KERNEL (default target/release/policy-kernel).
@@ -51,7 +55,8 @@ route_of() {
     F | K1 | A1 | E0 | EF2 | EK1) echo k1 ;;
     K0) echo k0-unknown ;;
     K3) echo k3 ;;
-    *) echo "unknown scenario $1 (F K0 K1 K3 A1 E0 EF2 EK1)" >&2; exit 2 ;;
+    K1c) echo kc ;;
+    *) echo "unknown scenario $1 (F K0 K1 K3 K1c A1 E0 EF2 EK1)" >&2; exit 2 ;;
   esac
 }
 

@@ -367,6 +367,53 @@ fn session(c: &mut Criterion) {
     g.finish();
 }
 
+/// The decision cache: a key of one policy on one header and the path, a
+/// hit, and the insert of a new entry (a miss's cost besides the call).
+fn decision_cache(c: &mut Criterion) {
+    use policy_kernel::decisions::{key, CacheSpec, DecisionCache};
+    let ctx = request_ctx();
+    let meta = policy_kernel::aggregate::Metadata::new();
+    let decl = proto::DecisionCache {
+        max_age_ms: 60_000,
+        headers: vec!["x-api-key".into(), ":path".into()],
+        ..Default::default()
+    };
+    let spec = CacheSpec::resolve(Some(&decl), &Default::default())
+        .ok()
+        .flatten()
+        .expect("a valid declaration");
+    let wire = b"\n\napiKeyAuth";
+    let scope = key::Scope {
+        version: 1,
+        route: "users",
+        agent: 0,
+        epoch: 1,
+    };
+    let reply = policy_kernel::aggregate::Reply {
+        instructions: vec![],
+        metadata: vec![("consumer".into(), "alice".into())],
+        cache_max_age_ms: None,
+    };
+    let cache = DecisionCache::new(&Default::default());
+    let k = key::key(scope, std::iter::once((&wire[..], &spec)), &ctx, &meta).expect("a key");
+    cache.put(k, reply.clone(), Duration::from_secs(60));
+    let mut g = c.benchmark_group("decision_cache");
+    g.bench_function("key", |b| {
+        b.iter(|| key::key(scope, std::iter::once((&wire[..], &spec)), &ctx, &meta))
+    });
+    g.bench_function("hit", |b| b.iter(|| cache.get(&k)));
+    let mut n = 0u64;
+    g.bench_function("insert_new", |b| {
+        b.iter(|| {
+            n += 1;
+            let mut key = [0u8; 32];
+            key[..8].copy_from_slice(&n.to_le_bytes());
+            cache.put(key, reply.clone(), Duration::from_secs(60));
+        })
+    });
+    g.finish();
+}
+
 fn config() -> Criterion {
     Criterion::default()
         .warm_up_time(Duration::from_millis(500))
@@ -377,5 +424,5 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = route_lookup, plan, aggregate, translate, query_rewrite, session
+    targets = route_lookup, plan, aggregate, translate, query_rewrite, session, decision_cache
 }

@@ -37,8 +37,12 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[command(name = "pk-floor", about = "ext_proc server answering CONTINUE to everything")]
 struct Cli {
     /// Unix socket to serve on (a stale file is replaced).
-    #[arg(long)]
-    socket: PathBuf,
+    #[arg(long, required_unless_present = "port")]
+    socket: Option<PathBuf>,
+    /// Serve on this TCP port of 127.0.0.1 instead (TCP_NODELAY, as the
+    /// kernel's TCP listener).
+    #[arg(long, conflicts_with = "socket")]
+    port: Option<u16>,
     /// HTTP/2 streams per connection (the kernel's default).
     #[arg(long, default_value_t = 1000)]
     max_concurrent_streams: u32,
@@ -125,11 +129,6 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn serve(cli: Cli) -> anyhow::Result<()> {
-    if cli.socket.exists() {
-        std::fs::remove_file(&cli.socket)?;
-    }
-    let listener = UnixListener::bind(&cli.socket)?;
-    eprintln!("pk-floor serving on {}", cli.socket.display());
     let shutdown = async {
         use tokio::signal::unix::{signal, SignalKind};
         let Ok(mut term) = signal(SignalKind::terminate()) else {
@@ -140,7 +139,7 @@ async fn serve(cli: Cli) -> anyhow::Result<()> {
             _ = tokio::signal::ctrl_c() => {}
         }
     };
-    let result = tonic::transport::Server::builder()
+    let router = tonic::transport::Server::builder()
         .max_concurrent_streams(cli.max_concurrent_streams)
         // As the kernel: Envoy's cancelled streams do not end the connection.
         .http2_max_pending_accept_reset_streams(Some(cli.max_concurrent_streams as usize))
@@ -151,9 +150,24 @@ async fn serve(cli: Cli) -> anyhow::Result<()> {
             })
             .max_decoding_message_size(64 * 1024 * 1024)
             .max_encoding_message_size(64 * 1024 * 1024),
-        )
+        );
+    if let Some(port) = cli.port {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
+        eprintln!("pk-floor serving on 127.0.0.1:{port}");
+        let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+        return Ok(router.serve_with_incoming_shutdown(incoming, shutdown).await?);
+    }
+    let Some(socket) = cli.socket else {
+        anyhow::bail!("--socket or --port is required");
+    };
+    if socket.exists() {
+        std::fs::remove_file(&socket)?;
+    }
+    let listener = UnixListener::bind(&socket)?;
+    eprintln!("pk-floor serving on {}", socket.display());
+    let result = router
         .serve_with_incoming_shutdown(policy_net::incoming(listener), shutdown)
         .await;
-    let _ = std::fs::remove_file(&cli.socket);
+    let _ = std::fs::remove_file(&socket);
     Ok(result?)
 }
