@@ -66,13 +66,7 @@ async fn reply(agent: &TestAgent, policies: Vec<proto::Policy>) -> proto::Policy
 #[tokio::test]
 async fn discovery_carries_the_declaration() {
     let agent = TestAgent::start(agent()).await;
-    let config = agent
-        .client()
-        .await
-        .get_agent_config(proto::GetAgentConfigRequest {})
-        .await
-        .unwrap()
-        .into_inner();
+    let config = agent.config().await;
     let a = config.supported_policies[0].cache.clone().expect("declared");
     assert_eq!(a.max_age_ms, 30_000);
     assert_eq!(a.headers, ["x-user"]);

@@ -10,13 +10,7 @@ use policy_agents::Agent;
 #[tokio::test]
 async fn discovery_lists_registered_policies() {
     let agent = TestAgent::start(probe_agent()).await;
-    let config = agent
-        .client()
-        .await
-        .get_agent_config(proto::GetAgentConfigRequest {})
-        .await
-        .unwrap()
-        .into_inner();
+    let config = agent.config().await;
     assert_eq!(config.agent_name, "probe-agent");
     assert_eq!(config.agent_version, "1.2.3");
     let names: Vec<_> = config.supported_policies.iter().map(|p| p.name.as_str()).collect();

@@ -120,6 +120,16 @@ impl TestAgent {
         client::connect_unix(&self.path).await.unwrap()
     }
 
+    /// What the agent declares in discovery.
+    pub async fn config(&self) -> proto::GetAgentConfigResponse {
+        self.client()
+            .await
+            .get_agent_config(proto::GetAgentConfigRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+    }
+
     /// Stops the agent (expecting success) and hands back the temp dir.
     pub async fn stop_keep_dir(mut self) -> tempfile::TempDir {
         if let Some(stop) = self.stop.take() {
