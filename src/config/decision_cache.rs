@@ -35,11 +35,7 @@ impl Default for DecisionCacheConfig {
 
 impl DecisionCacheConfig {
     pub(super) fn validate(&self, f: &str) -> Result<(), ConfigError> {
-        let invalid = |field: &str, reason: &str| ConfigError::Invalid {
-            field: format!("{f}.{field}"),
-            reason: reason.into(),
-            line: None,
-        };
+        let invalid = |field: &str, reason: &str| super::invalid(format!("{f}.{field}"), reason, None);
         if !(1..=10_000_000).contains(&self.max_entries) {
             return Err(invalid("max_entries", "must be 1-10000000"));
         }

@@ -53,11 +53,7 @@ impl GenerationsConfig {
     }
 
     pub(super) fn validate(&self, f: &str) -> Result<(), ConfigError> {
-        let invalid = |field: &str, reason: &str| ConfigError::Invalid {
-            field: format!("{f}.{field}"),
-            reason: reason.into(),
-            line: None,
-        };
+        let invalid = |field: &str, reason: &str| super::invalid(format!("{f}.{field}"), reason, None);
         if !(100..=600_000).contains(&self.ready_timeout_ms) {
             return Err(invalid("ready_timeout_ms", "must be 100-600000"));
         }

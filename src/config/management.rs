@@ -42,11 +42,7 @@ fn default_history() -> usize {
 }
 
 fn invalid(field: &str, reason: impl Into<String>) -> ConfigError {
-    ConfigError::Invalid {
-        field: format!("policy_kernel.management.{field}"),
-        reason: reason.into(),
-        line: None,
-    }
+    super::invalid(format!("policy_kernel.management.{field}"), reason, None)
 }
 
 impl ManagementConfig {

@@ -67,6 +67,15 @@ pub fn parse(text: &str) -> Result<KernelConfig, ConfigError> {
     Ok(config)
 }
 
+/// A [`ConfigError::Invalid`]: `field` is the field's dotted path.
+fn invalid(field: impl Into<String>, reason: impl Into<String>, line: Option<usize>) -> ConfigError {
+    ConfigError::Invalid {
+        field: field.into(),
+        reason: reason.into(),
+        line,
+    }
+}
+
 /// Finds the 1-based line of the `nth` (0-based) line that sets `key` to
 /// `value`, for error messages about values serde cannot locate.
 pub(crate) fn find_line(text: &str, key: &str, value: &str, nth: usize) -> Option<usize> {

@@ -5,16 +5,8 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-use super::ConfigError;
+use super::{invalid, ConfigError};
 use crate::http::{valid_header_name, valid_header_value};
-
-fn invalid(field: String, reason: &str) -> ConfigError {
-    ConfigError::Invalid {
-        field,
-        reason: reason.into(),
-        line: None,
-    }
-}
 
 /// A configured immediate response. When the section is given, `status_code`
 /// is required; `body` defaults to empty and `headers` to none.
@@ -86,14 +78,14 @@ impl ResponseConfig {
 impl ResponseConfig {
     pub(super) fn validate(&self, f: &str) -> Result<(), ConfigError> {
         if !(200..=599).contains(&self.status_code) {
-            return Err(invalid(format!("{f}.status_code"), "must be 200-599"));
+            return Err(invalid(format!("{f}.status_code"), "must be 200-599", None));
         }
         for (k, v) in &self.headers {
             if !valid_header_name(k.as_bytes()) || k.starts_with(':') {
-                return Err(invalid(format!("{f}.headers.{k}"), "not a header name"));
+                return Err(invalid(format!("{f}.headers.{k}"), "not a header name", None));
             }
             if !valid_header_value(v.as_bytes()) {
-                return Err(invalid(format!("{f}.headers.{k}"), "value holds CR, LF or NUL"));
+                return Err(invalid(format!("{f}.headers.{k}"), "value holds CR, LF or NUL", None));
             }
         }
         Ok(())

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::{encode_params, find_line, ConfigError, ResponseConfig};
+use super::{encode_params, find_line, invalid, ConfigError, ResponseConfig};
 use crate::http::valid_header_name;
 
 /// The whole file: everything sits under the `policy_kernel` key.
@@ -445,14 +445,6 @@ impl Default for TracingConfig {
 }
 
 const LOG_LEVELS: [&str; 5] = ["trace", "debug", "info", "warn", "error"];
-
-fn invalid(field: String, reason: impl Into<String>, line: Option<usize>) -> ConfigError {
-    ConfigError::Invalid {
-        field,
-        reason: reason.into(),
-        line,
-    }
-}
 
 impl KernelConfig {
     /// The settings that only take effect at startup (listeners, runtime,
