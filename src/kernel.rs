@@ -104,8 +104,12 @@ impl Kernel {
     pub fn refresh(&self) {
         let _guard = self.rebuild.lock().unwrap_or_else(|e| e.into_inner());
         let current = self.snapshot.load_full();
-        let next = Snapshot::build(Arc::clone(&current.config), current.agents.clone(), current.version)
-            .with_decision_store(Arc::clone(&current.decisions.store));
+        let next = Snapshot::build_over(
+            Arc::clone(&current.config),
+            current.agents.clone(),
+            current.version,
+            Arc::clone(&current.decisions.store),
+        );
         let was_invalid = current.routes.values().filter(|r| !r.problems().is_empty()).count();
         let now_invalid = next.log_invalid_routes();
         if now_invalid < was_invalid {
@@ -142,8 +146,12 @@ impl Kernel {
             .collect();
         futures::future::join_all(agents.iter().map(|a| registry::health::rediscover(a))).await;
         let level = config.observability.log_level.clone();
-        let next = Snapshot::build(Arc::new(config), agents.clone(), current.version + 1)
-            .with_decision_store(Arc::clone(&current.decisions.store));
+        let next = Snapshot::build_over(
+            Arc::new(config),
+            agents.clone(),
+            current.version + 1,
+            Arc::clone(&current.decisions.store),
+        );
         let invalid: Vec<String> = next.routes.values().flat_map(|r| r.problems()).collect();
         if mode == ApplyMode::Strict && !invalid.is_empty() {
             return Err(ApplyError::InvalidRoutes(invalid));

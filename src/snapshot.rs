@@ -208,9 +208,22 @@ fn immediate(r: &ResponseConfig, reason: &str) -> Immediate {
 }
 
 impl Snapshot {
-    /// Compiles `config` against the agents' current discovery results.
-    /// `agents` must hold one handle per configured agent, in config order.
+    /// Compiles `config` against the agents' current discovery results,
+    /// with a new, empty decision cache. `agents` must hold one handle per
+    /// configured agent, in config order.
     pub fn build(config: Arc<KernelConfig>, agents: Vec<Arc<AgentHandle>>, version: u64) -> Self {
+        let store = Arc::new(DecisionCache::new(&config.decision_cache));
+        Self::build_over(config, agents, version, store)
+    }
+
+    /// [`Snapshot::build`] with `store` as its decision cache: the one the
+    /// kernel keeps across reloads and rediscoveries.
+    pub fn build_over(
+        config: Arc<KernelConfig>,
+        agents: Vec<Arc<AgentHandle>>,
+        version: u64,
+        store: Arc<DecisionCache>,
+    ) -> Self {
         let by_name: HashMap<&str, usize> = agents.iter().enumerate().map(|(i, a)| (a.name(), i)).collect();
         let names: Vec<&str> = agents.iter().map(|a| a.name()).collect();
         let routes = config
@@ -256,16 +269,9 @@ impl Snapshot {
             phase_validation: config.response_phase_validation,
             route_name_header: config.server.route_name_header.as_ref().map(|h| h.to_ascii_lowercase()),
             phase_timeout: Duration::from_millis(config.server.phase_timeout_ms),
-            decisions: Decisions::new(&config.decision_cache),
+            decisions: Decisions::new(store, &config.decision_cache),
             config,
         }
-    }
-
-    /// This snapshot with `store` as its decision cache: the one the kernel
-    /// keeps across reloads.
-    pub fn with_decision_store(mut self, store: Arc<DecisionCache>) -> Self {
-        self.decisions = Decisions::over(store, &self.config.decision_cache);
-        self
     }
 
     /// Logs every invalid route with its problems; returns how many there are.

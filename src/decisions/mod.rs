@@ -154,17 +154,8 @@ pub struct Decisions {
 }
 
 impl Decisions {
-    /// A new store for `config`.
-    pub fn new(config: &DecisionCacheConfig) -> Self {
-        Self {
-            store: Arc::new(DecisionCache::new(config)),
-            enabled: config.enabled && config.max_age_ms > 0,
-            max_age: Duration::from_millis(config.max_age_ms),
-        }
-    }
-
-    /// `config`'s settings over an existing store.
-    pub fn over(store: Arc<DecisionCache>, config: &DecisionCacheConfig) -> Self {
+    /// `config`'s settings over `store`.
+    pub fn new(store: Arc<DecisionCache>, config: &DecisionCacheConfig) -> Self {
         Self {
             store,
             enabled: config.enabled && config.max_age_ms > 0,
