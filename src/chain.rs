@@ -70,8 +70,6 @@ pub struct Report {
     pub skipped: bool,
     /// Instruction conflicts seen while merging.
     pub conflicts: u32,
-    /// Groups answered from the decision cache (no agent call).
-    pub cache_hits: u32,
 }
 
 /// A phase's view of the request: builds its calls, checks and applies replies.
@@ -198,7 +196,6 @@ impl Run<'_> {
             }
             let called;
             let reply = if let Some(entry) = &hit {
-                self.report.cache_hits += 1;
                 &entry.reply
             } else {
                 let call = state.message(self.request_id, entries, self.meta);
