@@ -41,6 +41,16 @@ fn routes(k: &str) -> String {
     )
 }
 
+/// `whoagent` and `seeagent` behind Envoy, with `routes("v1")`.
+async fn who_and_see() -> Stack {
+    Stack::builder()
+        .test_agent("whoagent", WHO)
+        .test_agent("seeagent", SEE)
+        .config(&routes("v1"))
+        .start()
+        .await
+}
+
 /// Calls the agent `name` received (one "start" event per call).
 fn calls(s: &Stack, name: &str) -> usize {
     s.test_agent(name)
@@ -58,12 +68,7 @@ fn hits(s: &Stack, route: &str, policy: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cached_outcome_applies_as_the_call_did_and_later_policies_see_the_same_metadata() {
-    let s = Stack::builder()
-        .test_agent("whoagent", WHO)
-        .test_agent("seeagent", SEE)
-        .config(&routes("v1"))
-        .start()
-        .await;
+    let s = who_and_see().await;
     let alice = [("x-user", "alice"), ("x-request-id", "r1")];
     let first = s.get("/users/1", &alice).await;
     assert_eq!(first.status, 200, "{}\n{}", first.body, s.diag_tail(40));
@@ -110,12 +115,7 @@ async fn a_cached_outcome_applies_as_the_call_did_and_later_policies_see_the_sam
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_params_change_by_sighup_is_never_answered_from_an_old_entry() {
-    let s = Stack::builder()
-        .test_agent("whoagent", WHO)
-        .test_agent("seeagent", SEE)
-        .config(&routes("v1"))
-        .start()
-        .await;
+    let s = who_and_see().await;
     let alice = [("x-user", "alice")];
     for _ in 0..2 {
         assert_eq!(s.get("/users/1", &alice).await.echo()["headers"]["x-who"], "alice|v1");
