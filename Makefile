@@ -10,14 +10,17 @@ IDP_STAMP     := tests/idp/node_modules/.installed
 # The npm packages of the A2A tests (tests/a2a/js: the official A2A JS SDK).
 A2A_JS_STAMP  := tests/a2a/js/node_modules/.installed
 
-.PHONY: setup test lint build build-run bench run stop observe release check-deploy fuzz chaos soak need-run need-test need-observe stop-stack eval-guard
+.PHONY: need-build setup test lint build build-run bench run stop observe release check-deploy fuzz chaos soak need-run need-test need-observe stop-stack eval-guard
 
 # Debian packages each target uses, as COMMAND:PACKAGE. scripts/need.sh
 # installs the missing ones with apt-get (as root, or with passwordless sudo)
 # or stops with one line naming them and the command to install them.
 NEED_SETUP  := python3-venv:python3-venv
+# protoc and the well-known types: etcd-client's build script compiles
+# etcd's API with them.
+NEED_BUILD  := protoc:protobuf-compiler /usr/include/google/protobuf/descriptor.proto:libprotobuf-dev
 NEED_RUN    := curl:curl node:nodejs npm:npm
-NEED_TEST   := redis-server:redis-server promtool:prometheus prometheus:prometheus curl:curl setpriv:util-linux node:nodejs npm:npm
+NEED_TEST   := redis-server:redis-server etcd:etcd-server promtool:prometheus prometheus:prometheus curl:curl setpriv:util-linux node:nodejs npm:npm
 NEED_OBSERVE := prometheus:prometheus curl:curl
 NEED_DEPLOY := docker-compose:docker-compose
 NEED_BENCH  := h2load:nghttp2-client taskset:util-linux
@@ -50,7 +53,7 @@ export DEMO_JWT_SECRET ?= demo-secret-change-me
 ## (the MCP SDKs, oidc-provider) if missing, start agents + kernel + Envoy +
 ## demo upstream + demo MCP servers + an OpenID provider under supervisord,
 ## and show a few requests.
-run: need-run setup $(SUPERVISOR_STAMP) $(VENV)/.test-requirements $(NODE_STAMP) $(IDP_STAMP) $(A2A_JS_STAMP) build-run stop-stack
+run: need-run need-build setup $(SUPERVISOR_STAMP) $(VENV)/.test-requirements $(NODE_STAMP) $(IDP_STAMP) $(A2A_JS_STAMP) build-run stop-stack
 	mkdir -p $(RUN)/sockets $(RUN)/logs $(RUN)/audit $(RUN)/bin
 	ln -sf "$$(ls -d $(CURDIR)/$(VENV)/lib/python3*/site-packages/envoy/_bin/envoy | head -n1)" $(RUN)/bin/envoy
 	cp deploy/demo-api-keys.txt $(RUN)/api-keys.txt
@@ -88,7 +91,7 @@ $(SUPERVISOR_STAMP): $(ENVOY_STAMP)
 
 ## release: the tuned build of the kernel and the reference agents (fat LTO,
 ## one codegen unit: the binaries `make bench` measures and releases ship).
-release:
+release: need-build
 	cargo build --release -p policy-kernel -p reference-agents --bins
 
 # What `make run` starts (supervisord.conf): the kernel and five agents,
@@ -96,27 +99,30 @@ release:
 # whole-program build of its own, so only these are built (not
 # policy-test-agent nor example-agent).
 RUN_BINS := policy-kernel auth-agent ratelimit-agent guardrail-agent tool-agent planner-agent
-build-run:
+build-run: need-build
 	cargo build --profile $(RUN_PROFILE) -p policy-kernel -p reference-agents $(addprefix --bin ,$(RUN_BINS))
 
 ## build: debug build of the whole workspace.
-build:
+build: need-build
 	cargo build --workspace
+
+need-build:
+	@bash scripts/need.sh build $(NEED_BUILD)
 
 ## eval-guard: promptInjectionGuard and piiRedaction on the evaluation corpus
 ## (reference-agents/testdata/guard-eval): detection, false positives, per family and
 ## per PII type. EVAL_ARGS="--split all --verbose" lists misses too.
 EVAL_ARGS ?= --split test
-eval-guard:
+eval-guard: need-build
 	cargo run -q -p reference-agents --example eval_guard -- $(EVAL_ARGS)
 
 ## lint: formatting and clippy, warnings are errors.
-lint:
+lint: need-build
 	cargo fmt --all -- --check
 	cargo clippy --workspace --all-targets -- -D warnings
 
 ## test: every test: unit, integration, and end-to-end through a real Envoy.
-test: need-test setup $(VENV)/.test-requirements $(NODE_STAMP) $(IDP_STAMP) $(A2A_JS_STAMP)
+test: need-test need-build setup $(VENV)/.test-requirements $(NODE_STAMP) $(IDP_STAMP) $(A2A_JS_STAMP)
 	cargo test --workspace
 
 need-test:
@@ -153,7 +159,7 @@ $(A2A_JS_STAMP): tests/a2a/js/package.json tests/a2a/js/package-lock.json
 	touch $@
 
 ## bench: the whole performance harness (criterion + load scenarios); prints the table.
-bench: setup
+bench: need-build setup
 	@bash scripts/need.sh bench $(NEED_BENCH)
 	bash benches/run.sh
 
@@ -170,15 +176,15 @@ $(VENV)/.kubernetes-validate: $(ENVOY_STAMP)
 	touch $@
 
 ## fuzz: coverage-guided fuzzing (cargo-fuzz), FUZZ_SECONDS per target (default 1800).
-fuzz:
+fuzz: need-build
 	bash fuzz/run.sh $(FUZZ_SECONDS)
 
 ## chaos: reliability suite, full versions (release build, ~5 min of tests,
 ## loopback only); figures in target/chaos/summary.md, see RELIABILITY.md.
-chaos: setup
+chaos: need-build setup
 	bash chaos/run.sh
 
 ## soak: SOAK_MINUTES (default 30) at 100 rps with reloads and agent restarts;
 ## kernel RSS and fds plotted into chaos/soak.png. Not in CI.
-soak: setup
+soak: need-build setup
 	bash chaos/soak.sh

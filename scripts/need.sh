@@ -5,7 +5,8 @@
 #
 # For each pair whose COMMAND is not on PATH, PACKAGE is wanted. The pseudo
 # command `python3-venv` stands for "python3 can make a venv with pip"
-# (Debian splits that into its own package). When something is wanted and
+# (Debian splits that into its own package); a COMMAND that is an absolute
+# path stands for "this file exists". When something is wanted and
 # apt-get can run (root, or sudo without a password), it installs it;
 # otherwise it stops with one line naming the packages and the command to
 # install them. WHAT names the target in that line.
@@ -16,6 +17,7 @@ for pair in "$@"; do
   cmd=${pair%%:*} pkg=${pair#*:}
   case "$cmd" in
     python3-venv) python3 -c 'import venv, ensurepip' >/dev/null 2>&1 && continue ;;
+    /*) [ -e "$cmd" ] && continue ;;
     *) command -v "$cmd" >/dev/null 2>&1 && continue ;;
   esac
   want+=("$pkg")

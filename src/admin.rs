@@ -2,7 +2,8 @@
 //! `metrics_port`:
 //! - `/metrics`: Prometheus text format;
 //! - `/healthz`: the process is alive;
-//! - `/readyz`: the configuration is loaded and the ext_proc listener is up;
+//! - `/readyz`: the configuration is loaded and the ext_proc listener is up
+//!   (with a fleet store, a second line says whether the routes may be stale);
 //! - `/config`: active version, routes and agent health as JSON. Params values
 //!   are never shown: they may hold secrets.
 
@@ -26,6 +27,7 @@ use crate::telemetry::metrics::metrics;
 pub struct Admin {
     kernel: Arc<Kernel>,
     ready: Arc<AtomicBool>,
+    store: Arc<std::sync::OnceLock<Arc<crate::management::fleet::status::Status>>>,
 }
 
 impl Admin {
@@ -36,7 +38,36 @@ impl Admin {
         Self {
             kernel,
             ready: Arc::new(AtomicBool::new(false)),
+            store: Arc::default(),
         }
+    }
+
+    /// Shows the fleet store's sync state in `/readyz` and `/config`.
+    pub fn set_store_status(&self, status: Arc<crate::management::fleet::status::Status>) {
+        let _ = self.store.set(status);
+    }
+
+    fn readyz(&self) -> Response<Full<Bytes>> {
+        let ready = self.ready.load(Ordering::Acquire);
+        let mut body = String::from(if ready { "ready\n" } else { "not ready\n" });
+        if let Some(s) = self.store.get() {
+            // Stale routes keep serving: losing the store never stops requests.
+            body.push_str(&if s.stale() {
+                format!(
+                    "config store: not watching for {} s; routes may be stale (started from {})\n",
+                    s.sync_age_secs(),
+                    s.json()["started_from"].as_str().unwrap_or("?")
+                )
+            } else {
+                format!("config store: watching, version {}\n", s.version())
+            });
+        }
+        let status = if ready {
+            StatusCode::OK
+        } else {
+            StatusCode::SERVICE_UNAVAILABLE
+        };
+        reply(status, "text/plain", body)
     }
 
     /// Marks the ext_proc listener as up (or down, while draining).
@@ -84,8 +115,7 @@ impl Admin {
         match req.uri().path() {
             "/metrics" => reply(StatusCode::OK, "text/plain; version=0.0.4", metrics().render()),
             "/healthz" => reply(StatusCode::OK, "text/plain", "ok\n".into()),
-            "/readyz" if self.ready.load(Ordering::Acquire) => reply(StatusCode::OK, "text/plain", "ready\n".into()),
-            "/readyz" => reply(StatusCode::SERVICE_UNAVAILABLE, "text/plain", "not ready\n".into()),
+            "/readyz" => self.readyz(),
             "/config" => reply(StatusCode::OK, "application/json", self.config_json().to_string()),
             _ => reply(StatusCode::NOT_FOUND, "text/plain", "not found\n".into()),
         }
@@ -143,7 +173,11 @@ impl Admin {
                 })
             })
             .collect();
-        json!({"version": snap.version, "routes": routes, "agents": agents})
+        let mut out = json!({"version": snap.version, "routes": routes, "agents": agents});
+        if let Some(s) = self.store.get() {
+            out["store"] = s.json();
+        }
+        out
     }
 }
 

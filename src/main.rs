@@ -216,12 +216,15 @@ async fn serve(path: PathBuf, mut cfg: config::KernelConfig, mut inherited: Opti
     };
     let owns_socket_file = listeners.owns_socket_file();
     let bound = listeners.local_addr()?;
-    let prepared = management::Prepared::load(&mut cfg)?;
+    let prepared = management::Prepared::load(&mut cfg).await?;
     let kernel = Kernel::start(cfg).await;
     let admin = Admin::new(kernel.clone());
     let management = match prepared {
         Some(p) => {
             let m = p.start(kernel.clone(), path.clone()).await;
+            if let Some(status) = m.store_status() {
+                admin.set_store_status(status);
+            }
             let bound = m.spawn_listeners().await?;
             if let Some(addr) = bound.tcp {
                 tracing::info!(address = %addr, "management API listening");

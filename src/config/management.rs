@@ -1,4 +1,5 @@
-//! `management:`: the management API's listeners, tokens and state file.
+//! `management:`: the management API's listeners, tokens, state file and
+//! (for a fleet) the shared store.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -35,6 +36,12 @@ pub struct ManagementConfig {
     /// Versions kept in the history (and available to rollback). Default 20.
     #[serde(default = "default_history")]
     pub history: usize,
+    /// A store shared by many kernels (etcd). Absent: the changes live in
+    /// `state_path`, on this kernel only. With a store, `state_path` is
+    /// this kernel's cache of the store's routes, served while the store
+    /// cannot be reached.
+    #[serde(default)]
+    pub store: Option<super::StoreConfig>,
 }
 
 fn default_history() -> usize {
@@ -77,6 +84,9 @@ impl ManagementConfig {
         }
         if !(1..=1000).contains(&self.history) {
             return Err(invalid("history", "must be 1-1000"));
+        }
+        if let Some(store) = &self.store {
+            store.etcd.validate()?;
         }
         Ok(())
     }

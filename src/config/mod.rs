@@ -12,6 +12,7 @@ mod generations;
 mod management;
 mod params;
 mod responses;
+mod store;
 mod types;
 
 use std::path::Path;
@@ -21,6 +22,7 @@ pub use generations::GenerationsConfig;
 pub use management::ManagementConfig;
 pub use params::encode_params;
 pub use responses::ResponseConfig;
+pub use store::{EtcdConfig, EtcdTls, StoreConfig};
 pub use types::*;
 
 /// Why a configuration was refused.

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use super::auth::Caller;
 use super::store::{self, Source, Version};
-use super::{count_change, strict, Management};
+use super::{count_change, strict, Backend, Management};
 use crate::config::{KernelConfig, RoutePolicy};
 use crate::kernel::ApplyMode;
 
@@ -176,7 +176,21 @@ impl Management {
     }
 
     async fn change_locked(&self, caller: &Caller, if_match: u64, change: Change) -> Result<u64, ApiError> {
-        let mut state = self.state.lock().await;
+        let state = match &self.backend {
+            Backend::Fleet(fleet) => {
+                let rollback = match change {
+                    Change::Rollback(n) => Some(n),
+                    _ => None,
+                };
+                let version = fleet
+                    .write(&caller.name, if_match, rollback, |target| self.plan(&change, target))
+                    .await?;
+                tracing::info!(token = %caller.name, version, "configuration changed through the management API, in the fleet's store");
+                return Ok(version);
+            }
+            Backend::Local(state) => state,
+        };
+        let mut state = state.lock().await;
         if if_match != state.version {
             return Err(ApiError::new(
                 StatusCode::CONFLICT,
@@ -184,34 +198,9 @@ impl Management {
                 format!("If-Match {if_match} is stale: the current version is {}", state.version),
             ));
         }
-        let current = self.kernel.snapshot().config.clone();
-        let mut routes = current.route_policies.clone();
-        let mut overrides = state.overrides.clone();
-        let summary = match &change {
-            Change::Put(route) => {
-                let old = routes.iter().find(|r| r.route_name == route.route_name);
-                let verb = if old.is_some() { "replace" } else { "add" };
-                let summary = format!("{verb} route {:?} (mode {})", route.route_name, route.mode.as_str());
-                upsert(&mut routes, (**route).clone());
-                self.strict_check([&**route])?;
-                overrides.insert(route.route_name.clone(), Some((**route).clone()));
-                summary
-            }
-            Change::Delete(name) => {
-                let before = routes.len();
-                routes.retain(|r| &r.route_name != name);
-                if routes.len() == before {
-                    return Err(ApiError::new(
-                        StatusCode::NOT_FOUND,
-                        "route_not_found",
-                        format!("no route {name:?}"),
-                    ));
-                }
-                overrides.insert(name.clone(), None);
-                format!("delete route {name:?}")
-            }
-            Change::Rollback(n) => {
-                let target = state
+        let target = match &change {
+            Change::Rollback(n) => Some(
+                state
                     .find(*n)
                     .ok_or_else(|| {
                         ApiError::new(
@@ -221,24 +210,15 @@ impl Management {
                         )
                     })?
                     .routes
-                    .clone();
-                let changed: Vec<&RoutePolicy> = target.iter().filter(|t| !routes.contains(t)).collect();
-                self.strict_check(changed.iter().copied())?;
-                for t in &changed {
-                    overrides.insert(t.route_name.clone(), Some((*t).clone()));
-                }
-                for r in &routes {
-                    if !target.iter().any(|t| t.route_name == r.route_name) {
-                        overrides.insert(r.route_name.clone(), None);
-                    }
-                }
-                routes = target;
-                format!("rollback to version {n}")
-            }
+                    .clone(),
+            ),
+            _ => None,
         };
-        let next_cfg = with_routes(&current, routes)?;
+        let plan = self.plan(&change, target)?;
         let mut next = state.clone();
-        next.overrides = overrides;
+        for (name, route) in plan.set {
+            next.overrides.insert(name, route);
+        }
         let version = state.version + 1;
         next.record(
             Version {
@@ -246,9 +226,9 @@ impl Management {
                 source: Source::Api,
                 token: Some(caller.name.clone()),
                 time: store::now(),
-                summary: summary.clone(),
-                hash: store::routes_hash(&next_cfg.route_policies),
-                routes: next_cfg.route_policies.clone(),
+                summary: plan.summary.clone(),
+                hash: store::routes_hash(&plan.next_cfg.route_policies),
+                routes: plan.next_cfg.route_policies.clone(),
             },
             self.cfg.history,
         );
@@ -263,13 +243,74 @@ impl Management {
         // file made invalid stay as they are (§4.2).
         let snapshot = self
             .kernel
-            .apply(next_cfg, ApplyMode::Permissive)
+            .apply(plan.next_cfg, ApplyMode::Permissive)
             .await
             .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "apply_failed", e.to_string()))?;
         *state = next;
-        tracing::info!(token = %caller.name, version, snapshot, change = %summary, "configuration changed through the management API");
+        tracing::info!(token = %caller.name, version, snapshot, change = %plan.summary, "configuration changed through the management API");
         Ok(version)
     }
+
+    /// What `change` does to the routes in force, checked structurally and
+    /// strictly. `target` is a rollback's routes.
+    pub(super) fn plan(&self, change: &Change, target: Option<Vec<RoutePolicy>>) -> Result<Plan, ApiError> {
+        let current = self.kernel.snapshot().config.clone();
+        let mut routes = current.route_policies.clone();
+        let mut set = Vec::new();
+        let summary = match change {
+            Change::Put(route) => {
+                let old = routes.iter().find(|r| r.route_name == route.route_name);
+                let verb = if old.is_some() { "replace" } else { "add" };
+                let summary = format!("{verb} route {:?} (mode {})", route.route_name, route.mode.as_str());
+                upsert(&mut routes, (**route).clone());
+                self.strict_check([&**route])?;
+                set.push((route.route_name.clone(), Some((**route).clone())));
+                summary
+            }
+            Change::Delete(name) => {
+                let before = routes.len();
+                routes.retain(|r| &r.route_name != name);
+                if routes.len() == before {
+                    return Err(ApiError::new(
+                        StatusCode::NOT_FOUND,
+                        "route_not_found",
+                        format!("no route {name:?}"),
+                    ));
+                }
+                set.push((name.clone(), None));
+                format!("delete route {name:?}")
+            }
+            Change::Rollback(n) => {
+                let target = target.unwrap_or_default();
+                let changed: Vec<&RoutePolicy> = target.iter().filter(|t| !routes.contains(t)).collect();
+                self.strict_check(changed.iter().copied())?;
+                for t in &changed {
+                    set.push((t.route_name.clone(), Some((*t).clone())));
+                }
+                for r in &routes {
+                    if !target.iter().any(|t| t.route_name == r.route_name) {
+                        set.push((r.route_name.clone(), None));
+                    }
+                }
+                routes = target;
+                format!("rollback to version {n}")
+            }
+        };
+        let next_cfg = with_routes(&current, routes)?;
+        Ok(Plan { next_cfg, set, summary })
+    }
+}
+
+/// What a write does: the configuration after it, the route slots it sets
+/// (`None`: deleted), and a line saying what changed.
+#[derive(Debug)]
+pub struct Plan {
+    /// The configuration in force after the write (checked).
+    pub next_cfg: KernelConfig,
+    /// The routes set, by name.
+    pub set: Vec<(String, Option<RoutePolicy>)>,
+    /// What changed, in a line.
+    pub summary: String,
 }
 
 /// Replaces the route of the same name in place, or appends it.

@@ -14,6 +14,9 @@
 //! | POST | `/v1/rollback` | write | `{"version": N}`: restore the routes of version N |
 //!
 //! Writes need `If-Match: VERSION`; every answer carries `ETag: "VERSION"`.
+//! With a fleet store, writes get 503 `store_unavailable` while this kernel
+//! cannot watch it, and `/v1/config` has a `store` object saying whether
+//! the routes may be stale.
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
@@ -22,7 +25,7 @@ use serde_json::{json, Value};
 
 use super::auth::{Caller, Role};
 use super::changes::{parse_if_match, parse_route, ApiError, Change};
-use super::Management;
+use super::{Backend, Management};
 use crate::config::RoutePolicy;
 
 /// Largest request body accepted.
@@ -152,7 +155,7 @@ impl Management {
                 ok(json!({"routes": snap.config.route_policies.iter().map(masked).collect::<Vec<_>>()}))
             }
             (&Method::POST, "/v1/validate") => ok(self.validate(&body)?),
-            (&Method::GET, "/v1/versions") => ok(self.versions_json().await),
+            (&Method::GET, "/v1/versions") => ok(self.versions_json().await?),
             (&Method::POST, "/v1/rollback") => {
                 let n = serde_json::from_slice::<Value>(&body)
                     .ok()
@@ -235,53 +238,81 @@ impl Management {
             })
             .collect();
         let agents = crate::admin::Admin::new(self.kernel().clone()).config_json()["agents"].take();
-        json!({
+        let mut out = json!({
             "version": version,
             "snapshot_version": snap.version,
             "routes": routes,
             "agents": agents,
-        })
+        });
+        if let Some(status) = self.store_status() {
+            out["store"] = status.json();
+        }
+        out
     }
 
-    async fn versions_json(&self) -> Value {
-        let state = self.state.lock().await;
-        let list: Vec<Value> = state
-            .history
-            .iter()
-            .rev()
-            .map(|v| {
-                json!({
-                    "version": v.version,
-                    "source": v.source,
-                    "token": v.token,
-                    "time": v.time,
-                    "summary": v.summary,
-                    "hash": v.hash,
-                })
-            })
-            .collect();
-        json!({"version": state.version, "versions": list})
+    async fn versions_json(&self) -> Result<Value, ApiError> {
+        let list: Vec<Value> = match &self.backend {
+            Backend::Local(state) => {
+                let state = state.lock().await;
+                state.history.iter().rev().map(version_summary).collect()
+            }
+            Backend::Fleet(f) => f
+                .history()
+                .await?
+                .iter()
+                .rev()
+                .map(|(v, e)| fleet_summary(*v, e))
+                .collect(),
+        };
+        Ok(json!({"version": self.version().await, "versions": list}))
     }
 
     async fn version_json(&self, n: u64) -> Result<Value, ApiError> {
-        let state = self.state.lock().await;
-        let v = state.find(n).ok_or_else(|| {
+        let not_found = || {
             ApiError::new(
                 StatusCode::NOT_FOUND,
                 "version_not_found",
                 format!("version {n} is not in the history"),
             )
-        })?;
-        Ok(json!({
-            "version": v.version,
-            "source": v.source,
-            "token": v.token,
-            "time": v.time,
-            "summary": v.summary,
-            "hash": v.hash,
-            "routes": v.routes.iter().map(masked).collect::<Vec<_>>(),
-        }))
+        };
+        let (mut v, routes) = match &self.backend {
+            Backend::Local(state) => {
+                let state = state.lock().await;
+                let v = state.find(n).ok_or_else(not_found)?;
+                (version_summary(v), v.routes.clone())
+            }
+            Backend::Fleet(f) => {
+                let history = f.history().await?;
+                let (_, e) = history.iter().find(|(v, _)| *v == n).ok_or_else(not_found)?;
+                (fleet_summary(n, e), f.routes_at(n).await?)
+            }
+        };
+        v["routes"] = routes.iter().map(masked).collect();
+        Ok(v)
     }
+}
+
+fn version_summary(v: &super::store::Version) -> Value {
+    json!({
+        "version": v.version,
+        "source": v.source,
+        "token": v.token,
+        "time": v.time,
+        "summary": v.summary,
+        "hash": v.hash,
+    })
+}
+
+fn fleet_summary(version: u64, e: &super::fleet::history::Entry) -> Value {
+    json!({
+        "version": version,
+        "source": "api",
+        "token": e.token,
+        "time": e.time,
+        "summary": e.summary,
+        "hash": e.hash,
+        "routes_changed": e.steps.iter().map(|s| s.route.as_str()).collect::<Vec<_>>(),
+    })
 }
 
 fn not_allowed() -> ApiError {

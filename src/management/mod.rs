@@ -8,6 +8,8 @@
 //! - [`strict`] — strict validation of a route against the discovered agents.
 //! - [`store`] — the state file: API changes and the version history.
 //! - [`client`] — the `policy-kernel config` command's HTTP client.
+//! - [`fleet`] — with `management.store.etcd`: the changes and versions
+//!   kept in etcd, shared by every kernel of a fleet.
 //!
 //! Every change goes through [`Kernel::apply`], like a SIGHUP reload, so the
 //! request path still reads one `ArcSwap`. Versions here are the API's:
@@ -20,6 +22,7 @@
 pub mod auth;
 pub mod changes;
 pub mod client;
+pub mod fleet;
 pub mod handlers;
 pub mod listener;
 pub mod store;
@@ -63,7 +66,15 @@ pub struct Management {
     file: PathBuf,
     cfg: ManagementConfig,
     tokens: Tokens,
-    state: tokio::sync::Mutex<State>,
+    backend: Backend,
+}
+
+/// Where the API's changes and versions live.
+pub(crate) enum Backend {
+    /// `management.state_path`: this kernel only.
+    Local(tokio::sync::Mutex<State>),
+    /// `management.store`: shared by the fleet.
+    Fleet(Arc<fleet::Fleet>),
 }
 
 impl std::fmt::Debug for Management {
@@ -78,7 +89,13 @@ impl std::fmt::Debug for Management {
 pub struct Prepared {
     cfg: ManagementConfig,
     tokens: Tokens,
-    state: State,
+    boot: Boot,
+}
+
+#[derive(Debug)]
+enum Boot {
+    Local(State),
+    Fleet(Box<fleet::Boot>),
 }
 
 impl Prepared {
@@ -86,14 +103,25 @@ impl Prepared {
     /// applies the persisted API changes to `config`'s routes. `None` when
     /// the management API is off. A tokens or state file that cannot be
     /// read stops the startup: persisted changes are never dropped silently.
-    pub fn load(config: &mut KernelConfig) -> anyhow::Result<Option<Self>> {
+    /// With a store, its changes are read from it (or from the cache file
+    /// while it is away: [`fleet::Boot::load`]).
+    pub async fn load(config: &mut KernelConfig) -> anyhow::Result<Option<Self>> {
         let Some(cfg) = config.management.clone() else {
             return Ok(None);
         };
         let tokens = Tokens::load(&cfg.tokens_file).map_err(anyhow::Error::msg)?;
-        let state = State::load(&cfg.state_path).map_err(anyhow::Error::msg)?;
-        config.route_policies = overlay(&state, &config.route_policies);
-        Ok(Some(Self { cfg, tokens, state }))
+        let boot = match &cfg.store {
+            None => Boot::Local(State::load(&cfg.state_path).map_err(anyhow::Error::msg)?),
+            Some(store) => Boot::Fleet(Box::new(
+                fleet::Boot::load(&store.etcd, &cfg.state_path, &config.route_policies).await?,
+            )),
+        };
+        let overrides = match &boot {
+            Boot::Local(state) => &state.overrides,
+            Boot::Fleet(b) => b.overrides(),
+        };
+        config.route_policies = overlay(overrides, &config.route_policies);
+        Ok(Some(Self { cfg, tokens, boot }))
     }
 
     /// Starts the management API's state over `kernel`: records the
@@ -101,28 +129,43 @@ impl Prepared {
     /// persisted changes that the agents cannot serve now.
     pub async fn start(self, kernel: Arc<Kernel>, file: PathBuf) -> Arc<Management> {
         LazyLock::force(&CHANGES);
+        let backend = match self.boot {
+            Boot::Local(state) => Backend::Local(tokio::sync::Mutex::new(state)),
+            Boot::Fleet(boot) => {
+                let Some(store) = &self.cfg.store else {
+                    unreachable!("a fleet boot comes from management.store")
+                };
+                Backend::Fleet(fleet::Fleet::start(
+                    *boot,
+                    kernel.clone(),
+                    store.etcd.clone(),
+                    self.cfg.state_path.clone(),
+                    self.cfg.history,
+                ))
+            }
+        };
         let m = Arc::new(Management {
             kernel,
             file,
             cfg: self.cfg,
             tokens: self.tokens,
-            state: tokio::sync::Mutex::new(self.state),
+            backend,
         });
-        {
-            let mut state = m.state.lock().await;
+        if let Backend::Local(state) = &m.backend {
+            let mut state = state.lock().await;
             m.record_file_version(&mut state, "startup");
-            m.log_invalid_overrides(&state);
         }
+        m.log_invalid_overrides().await;
         m
     }
 }
 
 /// `routes` with the API's changes on top, logging each route of the file
 /// that an API change overrides.
-fn overlay(state: &State, routes: &[config::RoutePolicy]) -> Vec<config::RoutePolicy> {
-    let (out, overridden) = state.overlay(routes);
+fn overlay(overrides: &fleet::history::Overrides, routes: &[config::RoutePolicy]) -> Vec<config::RoutePolicy> {
+    let (out, overridden) = store::overlay(overrides, routes);
     for name in overridden {
-        let change = if state.overrides.get(&name).is_some_and(Option::is_some) {
+        let change = if overrides.get(&name).is_some_and(Option::is_some) {
             "replaced"
         } else {
             "deleted"
@@ -151,7 +194,18 @@ impl Management {
 
     /// The current version.
     pub async fn version(&self) -> u64 {
-        self.state.lock().await.version
+        match &self.backend {
+            Backend::Local(state) => state.lock().await.version,
+            Backend::Fleet(f) => f.status().version(),
+        }
+    }
+
+    /// The fleet store's sync state, when there is a store.
+    pub fn store_status(&self) -> Option<Arc<fleet::status::Status>> {
+        match &self.backend {
+            Backend::Local(_) => None,
+            Backend::Fleet(f) => Some(f.status().clone()),
+        }
     }
 
     /// Records a version from the file when the routes in force differ from
@@ -191,9 +245,17 @@ impl Management {
 
     /// Logs every persisted API change that the agents cannot serve now.
     /// Such routes stay in force and are answered as §4.2 says.
-    fn log_invalid_overrides(&self, state: &State) {
+    async fn log_invalid_overrides(&self) {
+        let overrides = match &self.backend {
+            Backend::Local(state) => state.lock().await.overrides.clone(),
+            Backend::Fleet(f) => f.overrides().await,
+        };
+        self.log_invalid(overrides.values().flatten());
+    }
+
+    fn log_invalid<'a>(&self, routes: impl IntoIterator<Item = &'a config::RoutePolicy>) {
         let agents = self.kernel.snapshot().agents.clone();
-        for route in state.overrides.values().flatten() {
+        for route in routes {
             for r in strict::check_route(route, &agents) {
                 tracing::error!(route = %r.route, phase = r.phase, index = r.index, policy = %r.policy, reason = %r.reason,
                     "a route changed through the management API cannot be served now; it is kept, and its requests get policy_not_supported_response or agent_unavailable_response");
@@ -204,8 +266,7 @@ impl Management {
     /// SIGHUP: reads the file, applies the persisted API changes on top,
     /// applies the result permissively (§4.2); returns the kernel's version.
     pub async fn reload_file(&self) -> Option<u64> {
-        let mut state = self.state.lock().await;
-        let mut cfg = match config::load(&self.file) {
+        let cfg = match config::load(&self.file) {
             Ok(cfg) => cfg,
             Err(error) => {
                 metrics().reloads.with_label_values(&["failure"]).inc();
@@ -214,15 +275,25 @@ impl Management {
                 return None;
             }
         };
-        cfg.route_policies = overlay(&state, &cfg.route_policies);
-        let applied = self.kernel.apply(cfg, ApplyMode::Permissive).await;
+        let applied = match &self.backend {
+            Backend::Local(state) => {
+                let mut state = state.lock().await;
+                let mut cfg = cfg;
+                cfg.route_policies = overlay(&state.overrides, &cfg.route_policies);
+                let applied = self.kernel.apply(cfg, ApplyMode::Permissive).await;
+                if applied.is_ok() {
+                    self.record_file_version(&mut state, "reload");
+                }
+                applied
+            }
+            Backend::Fleet(f) => f.reload(cfg).await,
+        };
         match applied {
             Ok(v) => {
                 metrics().reloads.with_label_values(&["success"]).inc();
                 count_change(Source::File, "success");
                 tracing::info!(version = v, path = %self.file.display(), "configuration reloaded, with the management API's changes on top");
-                self.record_file_version(&mut state, "reload");
-                self.log_invalid_overrides(&state);
+                self.log_invalid_overrides().await;
                 Some(v)
             }
             Err(error) => {

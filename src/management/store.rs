@@ -85,6 +85,68 @@ pub fn now() -> String {
     humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
 }
 
+/// Writes `bytes` to `path` atomically and durably: a temporary file in
+/// the same directory (mode 0600), fsynced, renamed over `path`, and the
+/// directory fsynced.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("state");
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let result = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)?;
+        std::fs::File::open(dir)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// The file's `routes` with the API's changes on top. Returns the result
+/// and the names of the file's routes that an API change replaces or
+/// deletes (the API's version wins).
+pub fn overlay(
+    overrides: &BTreeMap<String, Option<RoutePolicy>>,
+    routes: &[RoutePolicy],
+) -> (Vec<RoutePolicy>, Vec<String>) {
+    let mut out = Vec::with_capacity(routes.len() + overrides.len());
+    let mut overridden = Vec::new();
+    for r in routes {
+        match overrides.get(&r.route_name) {
+            None => out.push(r.clone()),
+            Some(change) => {
+                if change.as_ref() != Some(r) {
+                    overridden.push(r.route_name.clone());
+                }
+                if let Some(c) = change {
+                    out.push(c.clone());
+                }
+            }
+        }
+    }
+    let in_file: std::collections::HashSet<&str> = routes.iter().map(|r| r.route_name.as_str()).collect();
+    for (name, change) in overrides {
+        if let Some(c) = change {
+            if !in_file.contains(name.as_str()) {
+                out.push(c.clone());
+            }
+        }
+    }
+    (out, overridden)
+}
+
 impl State {
     /// Reads the state file; a missing file is an empty state.
     pub fn load(path: &Path) -> Result<Self, String> {
@@ -97,59 +159,13 @@ impl State {
 
     /// Writes the state atomically and durably.
     pub fn save(&self, path: &Path) -> std::io::Result<()> {
-        use std::os::unix::fs::OpenOptionsExt;
         let json = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
-        let dir = match path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => Path::new("."),
-        };
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("state");
-        let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-        let result = (|| {
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(&tmp)?;
-            f.write_all(&json)?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, path)?;
-            std::fs::File::open(dir)?.sync_all()
-        })();
-        if result.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        result
+        write_atomic(path, &json)
     }
 
-    /// The file's `routes` with the API's changes on top. Returns the
-    /// result and the names of the file's routes that an API change
-    /// replaces or deletes (the API's version wins).
+    /// The file's `routes` with the API's changes on top (see [`overlay`]).
     pub fn overlay(&self, routes: &[RoutePolicy]) -> (Vec<RoutePolicy>, Vec<String>) {
-        let mut out = Vec::with_capacity(routes.len());
-        let mut overridden = Vec::new();
-        for r in routes {
-            match self.overrides.get(&r.route_name) {
-                None => out.push(r.clone()),
-                Some(change) => {
-                    if change.as_ref() != Some(r) {
-                        overridden.push(r.route_name.clone());
-                    }
-                    if let Some(c) = change {
-                        out.push(c.clone());
-                    }
-                }
-            }
-        }
-        for (name, change) in &self.overrides {
-            if let Some(c) = change {
-                if !routes.iter().any(|r| &r.route_name == name) {
-                    out.push(c.clone());
-                }
-            }
-        }
-        (out, overridden)
+        overlay(&self.overrides, routes)
     }
 
     /// Appends a version, keeping the last `keep`.
