@@ -169,7 +169,7 @@ bench: need-build setup
 check-deploy: $(VENV)/.kubernetes-validate
 	@bash scripts/need.sh check-deploy $(NEED_DEPLOY)
 	docker-compose -f docker-compose.yml config -q
-	$(VENV)/bin/kubernetes-validate --strict deploy/k8s/policy-engine.yaml
+	$(VENV)/bin/kubernetes-validate --strict deploy/k8s/policy-engine.yaml deploy/k8s/fleet-etcd.yaml
 
 $(VENV)/.kubernetes-validate: $(ENVOY_STAMP)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check kubernetes-validate

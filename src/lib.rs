@@ -24,7 +24,8 @@
 //! - [`admin`] — `/metrics`, `/healthz`, `/readyz` and `/config`.
 //! - [`reload`] — SIGHUP reload through [`kernel::Kernel::apply`].
 //! - [`management`] — the management API: routes changed over HTTP with
-//!   strict validation, versions, rollback and a persisted state.
+//!   strict validation, versions, rollback and a persisted state: a local
+//!   file, or etcd shared by a fleet of kernels (`management/fleet/`).
 //! - [`shadow`] — shadow-mode routes: the chain runs, Envoy gets CONTINUE.
 //! - [`validate`] — the `validate` command's checks and route table.
 //! - [`upgrade`] — `supervise` and `upgrade`: the parent that owns the

@@ -137,3 +137,35 @@ fn every_configured_agent_is_shipped() {
         );
     }
 }
+
+/// The fleet manifest's kernel configuration parses, and keeps the
+/// management API's changes in etcd with client certificates from the
+/// mounted Secret.
+#[test]
+fn the_fleet_manifest_configures_an_etcd_store_from_a_secret() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join("deploy/k8s/fleet-etcd.yaml")).unwrap();
+    let docs: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&text)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .collect();
+    let config = docs[0]["data"]["container.yaml"].as_str().expect("container.yaml");
+    let cfg = policy_kernel::config::parse(config).unwrap();
+    let management = cfg.management.expect("management");
+    let etcd = management.store.expect("store").etcd;
+    assert_eq!(etcd.endpoints.len(), 3);
+    let tls = etcd.tls.expect("tls");
+    let mounts = docs[1]["spec"]["template"]["spec"]["containers"][1]["volumeMounts"]
+        .as_sequence()
+        .expect("mounts");
+    let secret_dir = mounts
+        .iter()
+        .find(|m| m["name"] == "etcd-client-tls")
+        .and_then(|m| m["mountPath"].as_str())
+        .expect("etcd-client-tls mounted");
+    for file in [Some(&tls.ca), tls.cert.as_ref(), tls.key.as_ref()] {
+        assert!(
+            file.expect("set").starts_with(secret_dir),
+            "{file:?} not in {secret_dir}"
+        );
+    }
+}
