@@ -284,4 +284,99 @@ async fn a_compaction_during_a_kernels_disconnect_leads_to_a_full_read() {
     assert_eq!(f.status_via(1, "/deny").await, 403);
     let got = f.stacks[1].get("/users", &[]).await;
     assert_eq!(got.echo()["headers"]["x-fleet"], "store");
+
+    // The history outlives etcd's: every version is listed and the first
+    // one restored, though etcd compacted past all of them.
+    let versions = f.apis[1].get("/v1/versions").await["versions"].clone();
+    let listed: Vec<u64> = versions
+        .as_array()
+        .expect("versions")
+        .iter()
+        .map(|v| v["version"].as_u64().unwrap_or(0))
+        .collect();
+    assert_eq!(listed.len(), 7, "{versions}");
+    let first = listed[6];
+    assert!(first < version, "compacted past {first}");
+    let (status, body) = f.apis[1]
+        .call(
+            "POST",
+            "/v1/rollback",
+            Some(WRITE),
+            Some(version),
+            Some(&json!({"version": first})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}\n{}", f.diag());
+    for i in 0..2 {
+        assert_eq!(f.apis[i].route_names().await, ["users"], "kernel {i}");
+        assert_eq!(f.status_via(i, "/deny").await, 200);
+    }
+
+    // A value in the store that is not a route is logged and left out;
+    // the routes in force do not change, and later writes still apply.
+    client.put("/fleet-test/routes/bad", "{", None).await.expect("put");
+    let v = f.apis[0].version().await;
+    let (status, body) = f.put_at(0, v, &deny("deny")).await;
+    assert_eq!(status, 200, "{body}");
+    until(
+        "kernel B applies the write after the bad value",
+        Duration::from_secs(2),
+        || async { f.status_via(1, "/deny").await == 403 },
+    )
+    .await;
+    assert_eq!(f.apis[1].route_names().await, ["deny", "users"]);
+    assert!(f.stacks[1].kernel.log().contains("store key routes/bad: not a route"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_tls_a_client_certificate_from_the_trusted_ca_syncs_and_another_is_refused() {
+    use support::certs::{ca, leaf, write};
+    use support::etcd::{EtcdCluster, EtcdTls};
+    let dir = workdir();
+    let (trusted, other) = (ca("etcd test CA"), ca("unknown CA"));
+    let ca_pem = write(dir.path(), "ca.pem", &trusted.pem());
+    let (cert, key) = leaf(dir.path(), "etcd", &trusted);
+    let tls = EtcdTls {
+        ca: ca_pem.clone(),
+        cert,
+        key,
+    };
+    let etcd = EtcdCluster::start_with(dir.path(), 1, Some(tls)).await;
+    assert!(etcd.endpoints()[0].starts_with("https://"));
+    let client_tls = |(cert, key): (std::path::PathBuf, std::path::PathBuf)| {
+        format!(
+            "        tls: {{ca: {}, cert: {}, key: {}}}\n",
+            ca_pem.display(),
+            cert.display(),
+            key.display()
+        )
+    };
+    let trusted_yaml = client_tls(leaf(dir.path(), "kernel", &trusted));
+    let stranger_yaml = client_tls(leaf(dir.path(), "stranger", &other));
+    let (good, good_api) = support::fleet::kernel(&etcd.endpoints(), &trusted_yaml).await;
+    let (bad, bad_api) = support::fleet::kernel(&etcd.endpoints(), &stranger_yaml).await;
+    let diag = || format!("{}\n{}\n{}", good.diag(), bad.diag(), etcd.logs());
+    until(
+        "the kernel with the trusted certificate watches",
+        Duration::from_secs(15),
+        || async { good_api.get("/v1/config").await["store"]["watching"] == true },
+    )
+    .await;
+    let (status, body) = good_api
+        .call("PUT", "/v1/routes/deny", Some(WRITE), Some(0), Some(&deny("deny")))
+        .await;
+    assert_eq!(status, 200, "{body}\n{}", diag());
+    assert_eq!(good.get("/deny", &[]).await.status, 403);
+
+    // A client certificate from another CA: the handshake fails, so that
+    // kernel serves its file's routes, says so, and refuses writes.
+    let store = bad_api.get("/v1/config").await["store"].clone();
+    assert_eq!(store["started_from"], "file_only", "{store}\n{}", diag());
+    assert_eq!(store["watching"], false);
+    let (status, body) = bad_api
+        .call("PUT", "/v1/routes/admin", Some(WRITE), Some(0), Some(&deny("admin")))
+        .await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(bad.get("/deny", &[]).await.status, 200, "not in its routes");
+    assert_eq!(bad.get("/users", &[]).await.echo()["headers"]["x-fleet"], "file");
 }

@@ -8,7 +8,7 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+use support::certs::{ca, leaf, write};
 use support::stack::tail as tail_lines;
 use support::*;
 
@@ -23,30 +23,6 @@ struct Certs {
     server: (PathBuf, PathBuf),
     client: (PathBuf, PathBuf),
     stranger: (PathBuf, PathBuf),
-}
-
-fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
-    let path = dir.join(name);
-    std::fs::write(&path, text).expect("write pem");
-    path
-}
-
-fn ca(name: &str) -> CertifiedIssuer<'static, KeyPair> {
-    let mut params = CertificateParams::new(Vec::<String>::new()).expect("ca params");
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.distinguished_name.push(rcgen::DnType::CommonName, name);
-    CertifiedIssuer::self_signed(params, KeyPair::generate().expect("ca key")).expect("ca cert")
-}
-
-fn leaf(dir: &Path, name: &str, issuer: &CertifiedIssuer<'static, KeyPair>) -> (PathBuf, PathBuf) {
-    let key = KeyPair::generate().expect("key");
-    let mut params = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()]).expect("params");
-    params.distinguished_name.push(rcgen::DnType::CommonName, name);
-    let cert = params.signed_by(&key, issuer).expect("sign");
-    (
-        write(dir, &format!("{name}.pem"), &cert.pem()),
-        write(dir, &format!("{name}.key"), &key.serialize_pem()),
-    )
 }
 
 impl Certs {

@@ -22,6 +22,16 @@ struct Member {
 pub struct EtcdCluster {
     members: Vec<Member>,
     initial: String,
+    tls: Option<EtcdTls>,
+}
+
+/// TLS of the members' client URLs: their certificate and key, and the CA
+/// whose client certificates they accept (and no others).
+#[derive(Clone)]
+pub struct EtcdTls {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
 }
 
 /// The `etcd` binary (Debian's), or a clear failure naming the package.
@@ -38,6 +48,12 @@ fn etcd_bin() -> PathBuf {
 impl EtcdCluster {
     /// Starts `n` members in `dir` and waits until the cluster answers.
     pub async fn start(dir: &Path, n: usize) -> Self {
+        Self::start_with(dir, n, None).await
+    }
+
+    /// Like [`EtcdCluster::start`], the client URLs over TLS with client
+    /// certificates required when `tls` is given.
+    pub async fn start_with(dir: &Path, n: usize, tls: Option<EtcdTls>) -> Self {
         let members: Vec<Member> = (0..n)
             .map(|i| Member {
                 name: format!("m{i}"),
@@ -53,7 +69,7 @@ impl EtcdCluster {
             .map(|m| format!("{}=http://127.0.0.1:{}", m.name, m.peer))
             .collect::<Vec<_>>()
             .join(",");
-        let mut c = Self { members, initial };
+        let mut c = Self { members, initial, tls };
         for i in 0..n {
             c.launch(i);
         }
@@ -61,8 +77,18 @@ impl EtcdCluster {
         c
     }
 
+    fn scheme(&self) -> &'static str {
+        if self.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        }
+    }
+
     fn launch(&mut self, i: usize) {
         let initial = self.initial.clone();
+        let scheme = self.scheme();
+        let tls = self.tls.clone();
         let m = &mut self.members[i];
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -77,9 +103,9 @@ impl EtcdCluster {
             "--data-dir",
             &m.data.display().to_string(),
             "--listen-client-urls",
-            &format!("http://127.0.0.1:{}", m.client),
+            &format!("{scheme}://127.0.0.1:{}", m.client),
             "--advertise-client-urls",
-            &format!("http://127.0.0.1:{}", m.client),
+            &format!("{scheme}://127.0.0.1:{}", m.client),
             "--listen-peer-urls",
             &format!("http://127.0.0.1:{}", m.peer),
             "--initial-advertise-peer-urls",
@@ -97,6 +123,15 @@ impl EtcdCluster {
             "--log-level",
             "warn",
         ]);
+        if let Some(t) = &tls {
+            cmd.arg("--cert-file")
+                .arg(&t.cert)
+                .arg("--key-file")
+                .arg(&t.key)
+                .arg("--trusted-ca-file")
+                .arg(&t.ca)
+                .arg("--client-cert-auth");
+        }
         m.proc = Some(Proc::spawn_io(
             &m.name,
             &mut cmd,
@@ -109,7 +144,7 @@ impl EtcdCluster {
     pub fn endpoints(&self) -> Vec<String> {
         self.members
             .iter()
-            .map(|m| format!("http://127.0.0.1:{}", m.client))
+            .map(|m| format!("{}://127.0.0.1:{}", self.scheme(), m.client))
             .collect()
     }
 
@@ -124,9 +159,17 @@ impl EtcdCluster {
             .members
             .iter()
             .filter(|m| m.proc.is_some())
-            .map(|m| format!("http://127.0.0.1:{}", m.client))
+            .map(|m| format!("{}://127.0.0.1:{}", self.scheme(), m.client))
             .collect();
-        let opts = etcd_client::ConnectOptions::new().with_timeout(Duration::from_secs(3));
+        let mut opts = etcd_client::ConnectOptions::new().with_timeout(Duration::from_secs(3));
+        if let Some(t) = &self.tls {
+            let read = |p: &Path| std::fs::read(p).expect("pem");
+            opts = opts.with_tls(
+                etcd_client::TlsOptions::new()
+                    .ca_certificate(etcd_client::Certificate::from_pem(read(&t.ca)))
+                    .identity(etcd_client::Identity::from_pem(read(&t.cert), read(&t.key))),
+            );
+        }
         etcd_client::Client::connect(up, Some(opts)).await.expect("etcd client")
     }
 

@@ -48,6 +48,25 @@ pub fn tag(name: &str, v: &str) -> Value {
     serde_json::json!({"route_name": name, "request_policy_chain": [{"policy": "tag", "params": {"v": v}}]})
 }
 
+/// A kernel (with its Envoy, agent and upstream) on the etcd `endpoints`,
+/// `etcd` extra lines under `store.etcd` (8-space indented), its
+/// management API on a fixed port.
+pub async fn kernel(endpoints: &[String], etcd: &str) -> (Stack, Api) {
+    let port = free_port();
+    let b = Stack::builder().test_agent("a", AGENT);
+    let store = format!(
+        "    history: 1000\n    store:\n      etcd:\n        endpoints: [{}]\n        prefix: /fleet-test/\n        request_timeout_ms: 2000\n        connect_timeout_ms: 1000\n{etcd}",
+        endpoints.join(", ")
+    );
+    let section = management::section(b.dir(), &store).replace("127.0.0.1:0", &format!("127.0.0.1:{port}"));
+    let s = b.config(&format!("{FILE_ROUTES}{section}")).start().await;
+    let api = Api {
+        base: format!("http://127.0.0.1:{port}"),
+        client: reqwest::Client::new(),
+    };
+    (s, api)
+}
+
 impl Fleet {
     /// A 3-member etcd cluster and `kernels` kernels on every member.
     pub async fn start(kernels: usize) -> Self {
@@ -71,18 +90,7 @@ impl Fleet {
                 Some(c) if i == kernels - 1 => vec![c.url()],
                 _ => etcd.endpoints(),
             };
-            let port = free_port();
-            let b = Stack::builder().test_agent("a", AGENT);
-            let store = format!(
-                "    history: 1000\n    store:\n      etcd:\n        endpoints: [{}]\n        prefix: /fleet-test/\n        request_timeout_ms: 2000\n        connect_timeout_ms: 1000\n",
-                mine.join(", ")
-            );
-            let section = management::section(b.dir(), &store).replace("127.0.0.1:0", &format!("127.0.0.1:{port}"));
-            let s = b.config(&format!("{FILE_ROUTES}{section}")).start().await;
-            let api = Api {
-                base: format!("http://127.0.0.1:{port}"),
-                client: reqwest::Client::new(),
-            };
+            let (s, api) = kernel(&mine, "").await;
             stacks.push(s);
             apis.push(api);
         }

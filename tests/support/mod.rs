@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 pub mod a2a;
 pub mod agents;
+pub mod certs;
 pub mod chaos;
 pub mod envoy;
 pub mod etcd;
