@@ -10,7 +10,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use support::fleet::{deny, tag, Fleet};
 use support::management::WRITE;
 use support::*;
@@ -91,15 +91,7 @@ async fn a_write_through_one_kernel_is_enforced_through_every_envoy_and_if_match
         .filter_map(|r| r["route_name"].as_str())
         .collect();
     assert_eq!(names, ["users", "deny"], "{at_v1}");
-    let (status, body) = f.apis[2]
-        .call(
-            "POST",
-            "/v1/rollback",
-            Some(WRITE),
-            Some(v2),
-            Some(&json!({"version": v1})),
-        )
-        .await;
+    let (status, body) = f.apis[2].rollback(WRITE, v2, v1).await;
     assert_eq!(status, 200, "{body}\n{}", diag());
     for i in 0..3 {
         let names = f.apis[i].route_names().await;
@@ -297,15 +289,7 @@ async fn a_compaction_during_a_kernels_disconnect_leads_to_a_full_read() {
     assert_eq!(listed.len(), 7, "{versions}");
     let first = listed[6];
     assert!(first < version, "compacted past {first}");
-    let (status, body) = f.apis[1]
-        .call(
-            "POST",
-            "/v1/rollback",
-            Some(WRITE),
-            Some(version),
-            Some(&json!({"version": first})),
-        )
-        .await;
+    let (status, body) = f.apis[1].rollback(WRITE, version, first).await;
     assert_eq!(status, 200, "{body}\n{}", f.diag());
     for i in 0..2 {
         assert_eq!(f.apis[i].route_names().await, ["users"], "kernel {i}");

@@ -93,15 +93,7 @@ async fn tokens_are_checked_and_read_tokens_cannot_write() {
     assert_eq!(status, 403, "{body}");
     assert_eq!(body["code"], "forbidden");
     assert!(body["message"].as_str().unwrap().contains("viewer"), "{body}");
-    let (status, _) = api
-        .call(
-            "POST",
-            "/v1/rollback",
-            Some(READ),
-            Some(v),
-            Some(&json!({"version": v})),
-        )
-        .await;
+    let (status, _) = api.rollback(READ, v, v).await;
     assert_eq!(status, 403);
     assert_eq!(api.version().await, v, "refused writes change nothing");
     // The read token may read and dry-run.
@@ -308,26 +300,10 @@ async fn versions_rollback_and_the_config_command() {
     assert_eq!(list.last().unwrap()["source"], "file");
     assert_eq!(list[0]["hash"].as_str().unwrap().len(), 64);
     // Rollback to the first version: /a/b is gone again.
-    let (status, body) = api
-        .call(
-            "POST",
-            "/v1/rollback",
-            Some(WRITE),
-            Some(v3),
-            Some(&json!({"version": v1})),
-        )
-        .await;
+    let (status, body) = api.rollback(WRITE, v3, v1).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(api.route_names().await, ["/file"]);
-    let (status, body) = api
-        .call(
-            "POST",
-            "/v1/rollback",
-            Some(WRITE),
-            Some(v3 + 1),
-            Some(&json!({"version": 999})),
-        )
-        .await;
+    let (status, body) = api.rollback(WRITE, v3 + 1, 999).await;
     assert_eq!(status, 404, "{body}");
     let (status, body) = api
         .call(

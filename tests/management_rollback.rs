@@ -63,15 +63,7 @@ async fn rollbacks_under_load_fail_no_request_and_never_mix_versions() {
     for i in 0..10 {
         tokio::time::sleep(Duration::from_millis(30)).await;
         let target = if i % 2 == 0 { v_a } else { v_b };
-        let (status, body) = api
-            .call(
-                "POST",
-                "/v1/rollback",
-                Some(WRITE),
-                Some(current),
-                Some(&json!({"version": target})),
-            )
-            .await;
+        let (status, body) = api.rollback(WRITE, current, target).await;
         assert_eq!(status, 200, "{body}");
         current = body["version"].as_u64().unwrap();
     }

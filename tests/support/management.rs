@@ -132,6 +132,13 @@ impl Api {
         .await
     }
 
+    /// `POST /v1/rollback` to `version` with `token` at `if_match`.
+    pub async fn rollback(&self, token: &str, if_match: u64, version: u64) -> (u16, Value) {
+        let body = serde_json::json!({ "version": version });
+        self.call("POST", "/v1/rollback", Some(token), Some(if_match), Some(&body))
+            .await
+    }
+
     /// The names of the routes in force.
     pub async fn route_names(&self) -> Vec<String> {
         let mut names: Vec<String> = self.get("/v1/routes").await["routes"]
