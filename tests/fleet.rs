@@ -364,3 +364,30 @@ async fn over_tls_a_client_certificate_from_the_trusted_ca_syncs_and_another_is_
     assert_eq!(bad.get("/deny", &[]).await.status, 200, "not in its routes");
     assert_eq!(bad.get("/users", &[]).await.echo()["headers"]["x-fleet"], "file");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kernel_starts_on_a_store_larger_than_one_read() {
+    let mut f = Fleet::start(1).await;
+    // 1,200 routes put straight into etcd, 100 per transaction: more than
+    // one page (500 keys) of the kernel's reads.
+    let mut client = f.etcd.client().await;
+    for batch in 0..12 {
+        let ops: Vec<etcd_client::TxnOp> = (0..100)
+            .map(|n| {
+                let name = format!("r{:04}", batch * 100 + n);
+                etcd_client::TxnOp::put(
+                    format!("/fleet-test/routes/{name}"),
+                    tag(&name, "bulk").to_string(),
+                    None,
+                )
+            })
+            .collect();
+        client.txn(etcd_client::Txn::new().and_then(ops)).await.expect("txn");
+    }
+    f.restart_kernel(0).await;
+    f.until_watching(0).await;
+    let names = f.apis[0].route_names().await;
+    assert_eq!(names.len(), 1201, "{}", f.diag());
+    assert_eq!(names[1199], "r1199");
+    assert_eq!(f.store(0).await["started_from"], "store");
+}

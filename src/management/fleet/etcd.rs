@@ -146,6 +146,55 @@ where
     }
 }
 
+/// Keys read per request: a large prefix is read in pages, all at the
+/// revision of the first, so no answer nears gRPC's 4 MiB message limit.
+const PAGE: i64 = 500;
+
+/// The end of the range of keys starting with `prefix`.
+fn prefix_end(prefix: &str) -> Vec<u8> {
+    let mut end = prefix.as_bytes().to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+/// Every key starting with `prefix`, in pages of [`PAGE`], as of one
+/// revision: (that revision, the keys).
+async fn read_prefix(client: &Client, prefix: &str) -> Result<(u64, Vec<etcd_client::KeyValue>), etcd_client::Error> {
+    let end = prefix_end(prefix);
+    let mut from = prefix.as_bytes().to_vec();
+    let mut revision = 0;
+    let mut out = Vec::new();
+    loop {
+        let mut options = GetOptions::new().with_range(end.clone()).with_limit(PAGE);
+        if revision > 0 {
+            options = options.with_revision(revision);
+        }
+        let mut resp = resend(|| {
+            let (mut c, from, options) = (client.clone(), from.clone(), options.clone());
+            async move { c.get(from, Some(options)).await }
+        })
+        .await?;
+        if revision == 0 {
+            revision = resp.header().map_or(0, |h| h.revision());
+        }
+        let more = resp.more();
+        let kvs = resp.take_kvs();
+        let Some(last) = kvs.last() else { break };
+        from = last.key().to_vec();
+        from.push(0);
+        out.extend(kvs);
+        if !more {
+            break;
+        }
+    }
+    Ok((revision as u64, out))
+}
+
 /// The store's content at one revision.
 #[derive(Debug, Clone, Default)]
 pub struct Read {
@@ -172,16 +221,12 @@ pub fn parse_slot(name: &str, value: &[u8]) -> Result<Option<RoutePolicy>, Strin
 /// Reads everything under the prefix but the history. A route that does
 /// not parse is logged and left out.
 pub async fn read_all(client: &mut Client, keys: &Keys) -> Result<Read, etcd_client::Error> {
-    let resp = resend(|| {
-        let mut c = client.clone();
-        async move { c.get(keys.prefix(), Some(GetOptions::new().with_prefix())).await }
-    })
-    .await?;
+    let (revision, kvs) = read_prefix(client, keys.prefix()).await?;
     let mut read = Read {
-        revision: resp.header().map_or(0, |h| h.revision()) as u64,
+        revision,
         ..Read::default()
     };
-    for kv in resp.kvs() {
+    for kv in &kvs {
         match keys.parse(kv.key()) {
             Key::Head => {
                 read.version = kv.mod_revision() as u64;
@@ -318,6 +363,12 @@ mod tests {
         assert_eq!(k.parse(b"/pk/routes/"), Key::Other);
         assert_eq!(k.parse(b"/other/head"), Key::Other);
         assert!(k.history(9) < k.history(10), "history keys sort by seq");
+    }
+
+    #[test]
+    fn a_prefix_ends_where_its_keys_do() {
+        assert_eq!(prefix_end("/pk/"), b"/pk0");
+        assert_eq!(prefix_end("a\u{7f}"), b"a\x80");
     }
 
     #[test]
