@@ -170,6 +170,32 @@ impl Kernel {
         Ok(version)
     }
 
+    /// Applies new routes over the agents as they are (no rediscovery): the
+    /// configuration in force with `routes`, compiled against the agents'
+    /// last discovery, swapped in with the next version. For changes of the
+    /// routes alone (the fleet store's), whose cost should not grow with a
+    /// discovery call per agent.
+    pub async fn apply_routes(&self, routes: Vec<crate::config::RoutePolicy>) -> u64 {
+        let _one_at_a_time = self.applying.lock().await;
+        let current = self.snapshot();
+        let mut config = (*current.config).clone();
+        config.route_policies = routes;
+        let next = Snapshot::build_over(
+            Arc::new(config),
+            current.agents.clone(),
+            current.version + 1,
+            Arc::clone(&current.decisions.store),
+        );
+        next.log_invalid_routes();
+        let version = next.version;
+        {
+            let _guard = self.rebuild.lock().unwrap_or_else(|e| e.into_inner());
+            self.snapshot.store(Arc::new(next));
+        }
+        metrics().config_version.set(i64::try_from(version).unwrap_or(i64::MAX));
+        version
+    }
+
     /// Waits until every agent of the current snapshot is healthy, or
     /// `timeout` passes; returns whether they all are. For tools and tests.
     pub async fn wait_healthy(&self, timeout: Duration) -> bool {

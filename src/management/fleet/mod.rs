@@ -81,6 +81,27 @@ struct CacheFile {
     overrides: Overrides,
 }
 
+/// Writes each cache the fleet hands over (the latest, when several came
+/// meanwhile) until the fleet is dropped.
+async fn write_cache(path: PathBuf, mut pending: tokio::sync::watch::Receiver<Option<CacheFile>>) {
+    while pending.changed().await.is_ok() {
+        let Some(cache) = pending.borrow_and_update().clone() else {
+            continue;
+        };
+        let to = path.clone();
+        let written = tokio::task::spawn_blocking(move || {
+            let json = serde_json::to_vec(&cache).map_err(std::io::Error::other)?;
+            store::write_atomic(&to, &json)
+        })
+        .await
+        .unwrap_or_else(|e| Err(std::io::Error::other(e)));
+        if let Err(e) = written {
+            tracing::error!(error = %e, path = %path.display(),
+                "cannot write the store cache: a restart while the store is away would serve older routes");
+        }
+    }
+}
+
 fn read_cache(path: &Path, prefix: &str) -> Result<Option<CacheFile>, String> {
     let bytes = match std::fs::read(path) {
         Ok(b) => b,
@@ -181,13 +202,13 @@ pub struct Fleet {
     etcd: EtcdConfig,
     keys: Keys,
     keep: usize,
-    cache_path: PathBuf,
     kernel: Arc<Kernel>,
     client: tokio::sync::Mutex<Option<Client>>,
     view: tokio::sync::Mutex<View>,
     applied: tokio::sync::watch::Sender<(u64, u64)>,
     writes: tokio::sync::Mutex<()>,
     status: Arc<Status>,
+    cache: tokio::sync::watch::Sender<Option<CacheFile>>,
 }
 
 impl std::fmt::Debug for Fleet {
@@ -210,11 +231,13 @@ impl Fleet {
     pub fn start(boot: Boot, kernel: Arc<Kernel>, etcd: EtcdConfig, cache_path: PathBuf, keep: usize) -> Arc<Self> {
         let status = Arc::new(Status::new(boot.origin, boot.view.revision, boot.view.version));
         let (applied, _) = tokio::sync::watch::channel((boot.view.revision, boot.view.version));
+        let (cache, pending) = tokio::sync::watch::channel(None);
+        tokio::spawn(write_cache(cache_path, pending));
         let fleet = Arc::new(Self {
+            cache,
             keys: Keys::new(&etcd.prefix),
             etcd,
             keep,
-            cache_path,
             kernel,
             client: tokio::sync::Mutex::new(boot.client),
             applied,
@@ -223,11 +246,9 @@ impl Fleet {
             view: tokio::sync::Mutex::new(boot.view),
         });
         if boot.origin == Origin::Store {
-            let f = fleet.clone();
-            tokio::spawn(async move {
-                let view = f.view.lock().await;
-                f.save_cache(&view);
-            });
+            if let Ok(view) = fleet.view.try_lock() {
+                fleet.save_cache(&view);
+            }
         }
         tokio::spawn(watch::run(fleet.clone()));
         fleet
@@ -249,40 +270,32 @@ impl Fleet {
         Ok(c)
     }
 
-    /// Applies `view`'s routes to the kernel (permissively, like a reload:
-    /// the writer checked them strictly), records it and caches it.
+    /// Applies `view`'s routes to the kernel (as a reload would, without
+    /// asking the agents again: only the routes changed; the writer checked
+    /// them strictly), then has the cache written.
     async fn apply_view(&self, view: &View, why: &str) {
-        let mut cfg = (*self.kernel.snapshot().config).clone();
-        cfg.route_policies = view.routes();
-        match self.kernel.apply(cfg, ApplyMode::Permissive).await {
-            Ok(snapshot) => tracing::info!(
-                version = view.version,
-                revision = view.revision,
-                snapshot,
-                why,
-                "configuration store change applied"
-            ),
-            Err(error) => tracing::error!(%error, version = view.version, revision = view.revision,
-                "configuration store change cannot be applied here; the previous routes stay in force"),
-        }
+        let snapshot = self.kernel.apply_routes(view.routes()).await;
+        tracing::info!(
+            version = view.version,
+            revision = view.revision,
+            snapshot,
+            why,
+            "configuration store change applied"
+        );
         self.save_cache(view);
     }
 
+    /// Hands `view` to the cache writer, which writes the latest view it
+    /// was given (off the watch loop, so that a large cache file does not
+    /// hold back the next change; changes in a burst are written once).
     fn save_cache(&self, view: &View) {
-        let cache = CacheFile {
+        self.cache.send_replace(Some(CacheFile {
             prefix: self.keys.prefix().to_string(),
             revision: view.revision,
             version: view.version,
             seq: view.seq,
             overrides: view.overrides.clone(),
-        };
-        let written = serde_json::to_vec(&cache)
-            .map_err(std::io::Error::other)
-            .and_then(|json| store::write_atomic(&self.cache_path, &json));
-        if let Err(e) = written {
-            tracing::error!(error = %e, path = %self.cache_path.display(),
-                "cannot write the store cache: a restart while the store is away would serve older routes");
-        }
+        }));
     }
 
     /// The store's slots in force here.
