@@ -272,7 +272,7 @@ impl Fleet {
 
     /// Applies `view`'s routes to the kernel (as a reload would, without
     /// asking the agents again: only the routes changed; the writer checked
-    /// them strictly), then has the cache written.
+    /// them strictly).
     async fn apply_view(&self, view: &View, why: &str) {
         let snapshot = self.kernel.apply_routes(view.routes()).await;
         tracing::info!(
@@ -282,7 +282,6 @@ impl Fleet {
             why,
             "configuration store change applied"
         );
-        self.save_cache(view);
     }
 
     /// Hands `view` to the cache writer, which writes the latest view it

@@ -91,10 +91,9 @@ impl Fleet {
         );
         if changed {
             self.apply_view(&view, "full read").await;
-        } else {
-            self.save_cache(&view);
         }
         self.applied.send_replace((view.revision, view.version));
+        self.save_cache(&view);
         Ok(())
     }
 
@@ -199,6 +198,7 @@ impl Fleet {
             self.apply_view(&view, "watch").await;
             self.status.applied(view.revision, view.version);
             self.applied.send_replace((view.revision, view.version));
+            self.save_cache(&view);
         }
     }
 }
