@@ -391,3 +391,64 @@ async fn a_kernel_starts_on_a_store_larger_than_one_read() {
     assert_eq!(names[1199], "r1199");
     assert_eq!(f.store(0).await["started_from"], "store");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_etcd_authentication_a_user_with_the_prefix_syncs_and_a_wrong_password_is_refused() {
+    use support::etcd::EtcdCluster;
+    let dir = workdir();
+    let etcd = EtcdCluster::start(dir.path(), 1).await;
+    // A root user (etcd needs one to turn authentication on), and the
+    // kernels' user with read-write on the fleet's prefix only.
+    let mut admin = etcd.client().await;
+    admin.user_add("root", "root-pw", None).await.expect("root");
+    let _ = admin.role_add("root").await;
+    admin.user_grant_role("root", "root").await.expect("root role");
+    admin.role_add("fleet").await.expect("role");
+    admin
+        .role_grant_permission(
+            "fleet",
+            etcd_client::Permission::read_write("/fleet-test/").with_prefix(),
+        )
+        .await
+        .expect("permission");
+    admin.user_add("kernel", "s3cret", None).await.expect("user");
+    admin.user_grant_role("kernel", "fleet").await.expect("grant");
+    admin.auth_enable().await.expect("auth enable");
+
+    let password = dir.path().join("password");
+    std::fs::write(&password, "s3cret\n").expect("password file");
+    let (good, good_api) = support::fleet::kernel(
+        &etcd.endpoints(),
+        &format!(
+            "        username: kernel\n        password_file: {}\n",
+            password.display()
+        ),
+    )
+    .await;
+    let (bad, bad_api) =
+        support::fleet::kernel(&etcd.endpoints(), "        username: kernel\n        password: wrong\n").await;
+    let diag = || format!("{}\n{}\n{}", good.diag(), bad.diag(), etcd.logs());
+    until(
+        "the kernel with the user's password watches",
+        Duration::from_secs(15),
+        || async { good_api.get("/v1/config").await["store"]["watching"] == true },
+    )
+    .await;
+    let (status, body) = good_api
+        .call("PUT", "/v1/routes/deny", Some(WRITE), Some(0), Some(&deny("deny")))
+        .await;
+    assert_eq!(status, 200, "{body}\n{}", diag());
+    assert_eq!(good.get("/deny", &[]).await.status, 403);
+
+    let store = bad_api.get("/v1/config").await["store"].clone();
+    assert_eq!(store["started_from"], "file_only", "{store}\n{}", diag());
+    let (status, body) = bad_api
+        .call("PUT", "/v1/routes/admin", Some(WRITE), Some(0), Some(&deny("admin")))
+        .await;
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        bad.kernel.log().contains("authentication failed"),
+        "{}",
+        bad.kernel.log()
+    );
+}

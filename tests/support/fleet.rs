@@ -148,6 +148,8 @@ impl Fleet {
 
     /// Restarts kernel `i` on its configuration and waits for its API.
     pub async fn restart_kernel(&mut self, i: usize) {
+        // Gone before the new one binds its fixed management port.
+        self.stacks[i].kernel.proc.kill();
         restart_kernel(&mut self.stacks[i].kernel);
         let api = &self.apis[i];
         until(
