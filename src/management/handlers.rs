@@ -284,7 +284,7 @@ impl Management {
             Backend::Fleet(f) => {
                 let history = f.history().await?;
                 let (_, e) = history.iter().find(|(v, _)| *v == n).ok_or_else(not_found)?;
-                (fleet_summary(n, e), f.routes_at(n).await?)
+                (fleet_summary(n, e), f.routes_at(&history, n).await?)
             }
         };
         v["routes"] = routes.iter().map(masked).collect();

@@ -318,11 +318,11 @@ impl Fleet {
         etcd::read_history(&mut client, &self.keys).await.map_err(unavailable)
     }
 
-    /// The routes of version `n` (with this kernel's file routes).
-    pub async fn routes_at(&self, n: u64) -> Result<Vec<RoutePolicy>, ApiError> {
-        let entries = self.history().await?;
+    /// The routes of version `n` (with this kernel's file routes), from
+    /// `entries` as [`Fleet::history`] read them.
+    pub async fn routes_at(&self, entries: &[(u64, Entry)], n: u64) -> Result<Vec<RoutePolicy>, ApiError> {
         let view = self.view.lock().await;
-        let at = history::overrides_at(&view.overrides, &entries, n).ok_or_else(|| {
+        let at = history::overrides_at(&view.overrides, entries, n).ok_or_else(|| {
             ApiError::new(
                 StatusCode::NOT_FOUND,
                 "version_not_found",
@@ -358,7 +358,7 @@ impl Fleet {
         // A version seen through another kernel may not be applied here yet.
         self.caught_up(if_match, Duration::from_secs(1)).await;
         let target = match rollback {
-            Some(n) => Some(self.routes_at(n).await?),
+            Some(n) => Some(self.routes_at(&self.history().await?, n).await?),
             None => None,
         };
         let (seq, before) = {
