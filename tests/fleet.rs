@@ -337,14 +337,27 @@ async fn over_tls_a_client_certificate_from_the_trusted_ca_syncs_and_another_is_
     };
     let trusted_yaml = client_tls(leaf(dir.path(), "kernel", &trusted));
     let stranger_yaml = client_tls(leaf(dir.path(), "stranger", &other));
-    let (good, good_api) = support::fleet::kernel(&etcd.endpoints(), &trusted_yaml).await;
-    let (bad, bad_api) = support::fleet::kernel(&etcd.endpoints(), &stranger_yaml).await;
+    let (_good, bad) = one_admitted_one_refused(&etcd, &trusted_yaml, &stranger_yaml).await;
+    assert_eq!(bad.get("/deny", &[]).await.status, 200, "not in its routes");
+    assert_eq!(bad.get("/users", &[]).await.echo()["headers"]["x-fleet"], "file");
+}
+
+/// Starts a kernel on `etcd` with `admitted` (its extra `store.etcd` lines)
+/// and one with `refused`. The first watches the store, writes route
+/// `deny` through it and enforces it; the second, refused at connection,
+/// serves its file's routes (`started_from: file_only`, not watching) and
+/// gets 503 on a write.
+async fn one_admitted_one_refused(
+    etcd: &support::etcd::EtcdCluster,
+    admitted: &str,
+    refused: &str,
+) -> (support::stack::Stack, support::stack::Stack) {
+    let (good, good_api) = support::fleet::kernel(&etcd.endpoints(), admitted).await;
+    let (bad, bad_api) = support::fleet::kernel(&etcd.endpoints(), refused).await;
     let diag = || format!("{}\n{}\n{}", good.diag(), bad.diag(), etcd.logs());
-    until(
-        "the kernel with the trusted certificate watches",
-        Duration::from_secs(15),
-        || async { good_api.get("/v1/config").await["store"]["watching"] == true },
-    )
+    until("the admitted kernel watches", Duration::from_secs(15), || async {
+        good_api.get("/v1/config").await["store"]["watching"] == true
+    })
     .await;
     let (status, body) = good_api
         .call("PUT", "/v1/routes/deny", Some(WRITE), Some(0), Some(&deny("deny")))
@@ -352,8 +365,6 @@ async fn over_tls_a_client_certificate_from_the_trusted_ca_syncs_and_another_is_
     assert_eq!(status, 200, "{body}\n{}", diag());
     assert_eq!(good.get("/deny", &[]).await.status, 403);
 
-    // A client certificate from another CA: the handshake fails, so that
-    // kernel serves its file's routes, says so, and refuses writes.
     let store = bad_api.get("/v1/config").await["store"].clone();
     assert_eq!(store["started_from"], "file_only", "{store}\n{}", diag());
     assert_eq!(store["watching"], false);
@@ -361,8 +372,7 @@ async fn over_tls_a_client_certificate_from_the_trusted_ca_syncs_and_another_is_
         .call("PUT", "/v1/routes/admin", Some(WRITE), Some(0), Some(&deny("admin")))
         .await;
     assert_eq!(status, 503, "{body}");
-    assert_eq!(bad.get("/deny", &[]).await.status, 200, "not in its routes");
-    assert_eq!(bad.get("/users", &[]).await.echo()["headers"]["x-fleet"], "file");
+    (good, bad)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -417,35 +427,12 @@ async fn with_etcd_authentication_a_user_with_the_prefix_syncs_and_a_wrong_passw
 
     let password = dir.path().join("password");
     std::fs::write(&password, "s3cret\n").expect("password file");
-    let (good, good_api) = support::fleet::kernel(
-        &etcd.endpoints(),
-        &format!(
-            "        username: kernel\n        password_file: {}\n",
-            password.display()
-        ),
-    )
-    .await;
-    let (bad, bad_api) =
-        support::fleet::kernel(&etcd.endpoints(), "        username: kernel\n        password: wrong\n").await;
-    let diag = || format!("{}\n{}\n{}", good.diag(), bad.diag(), etcd.logs());
-    until(
-        "the kernel with the user's password watches",
-        Duration::from_secs(15),
-        || async { good_api.get("/v1/config").await["store"]["watching"] == true },
-    )
-    .await;
-    let (status, body) = good_api
-        .call("PUT", "/v1/routes/deny", Some(WRITE), Some(0), Some(&deny("deny")))
-        .await;
-    assert_eq!(status, 200, "{body}\n{}", diag());
-    assert_eq!(good.get("/deny", &[]).await.status, 403);
-
-    let store = bad_api.get("/v1/config").await["store"].clone();
-    assert_eq!(store["started_from"], "file_only", "{store}\n{}", diag());
-    let (status, body) = bad_api
-        .call("PUT", "/v1/routes/admin", Some(WRITE), Some(0), Some(&deny("admin")))
-        .await;
-    assert_eq!(status, 503, "{body}");
+    let admitted = format!(
+        "        username: kernel\n        password_file: {}\n",
+        password.display()
+    );
+    let refused = "        username: kernel\n        password: wrong\n";
+    let (_good, bad) = one_admitted_one_refused(&etcd, &admitted, refused).await;
     assert!(
         bad.kernel.log().contains("authentication failed"),
         "{}",
