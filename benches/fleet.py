@@ -259,20 +259,26 @@ class Kernel:
                     return int(line.split()[1])
         return 0
 
-    def events(self):
-        """[(wall-clock seconds, message, fields)] of this kernel's JSON log lines."""
-        out = []
+    def log_lines(self):
+        """This kernel's log lines that are JSON objects, parsed."""
         with open(self.log, errors="replace") as f:
             for line in f:
                 try:
                     d = json.loads(line)
                 except ValueError:
                     continue
-                if not isinstance(d, dict) or "timestamp" not in d:
-                    continue
-                fields = d.get("fields", d)
-                ts = datetime.fromisoformat(d["timestamp"].replace("Z", "+00:00")).timestamp()
-                out.append((ts, fields.get("message"), fields))
+                if isinstance(d, dict):
+                    yield d
+
+    def events(self):
+        """[(wall-clock seconds, message, fields)] of this kernel's JSON log lines."""
+        out = []
+        for d in self.log_lines():
+            if "timestamp" not in d:
+                continue
+            fields = d.get("fields", d)
+            ts = datetime.fromisoformat(d["timestamp"].replace("Z", "+00:00")).timestamp()
+            out.append((ts, fields.get("message"), fields))
         return out
 
     def applied(self):
@@ -286,16 +292,11 @@ class Kernel:
     def errors(self):
         """{"LEVEL message": count} of the kernel's error and warning lines."""
         seen = {}
-        with open(self.log, errors="replace") as f:
-            for line in f:
-                try:
-                    d = json.loads(line)
-                except ValueError:
-                    continue
-                level = str(d.get("level", "")).upper()
-                if level in ("ERROR", "WARN"):
-                    key = "%s %s" % (level, d.get("fields", d).get("message"))
-                    seen[key] = seen.get(key, 0) + 1
+        for d in self.log_lines():
+            level = str(d.get("level", "")).upper()
+            if level in ("ERROR", "WARN"):
+                key = "%s %s" % (level, d.get("fields", d).get("message"))
+                seen[key] = seen.get(key, 0) + 1
         return seen
 
 
