@@ -29,6 +29,24 @@ fn main() {
         short.missed_texts.clear();
         print!("{short}");
     }
+    let rows = harness::learned::injection_rows();
+    let shipped = reference_agents::guardrail::learned::Model::shipped().expect("the shipped model loads");
+    let picked: Vec<&harness::learned::Row> = rows
+        .iter()
+        .filter(|r| split.as_deref().is_none_or(|s| r.split == s))
+        .collect();
+    let title = format!(
+        "by family of detector, shipped model (trained on the train split), {} split",
+        split.as_deref().unwrap_or("every")
+    );
+    print!("{}", harness::learned::score(&title, &picked, shipped, None));
+    print!("{}", harness::learned::leave_one_source_out(&rows));
+    if let Some(dir) = std::env::var_os("GUARD_EVAL_EXTERNAL").filter(|d| !d.is_empty()) {
+        let external = harness::learned::external_rows(std::path::Path::new(&dir));
+        let external: Vec<&harness::learned::Row> = external.iter().collect();
+        let title = format!("outside the repository ({}), shipped model", dir.to_string_lossy());
+        print!("{}", harness::learned::score(&title, &external, shipped, None));
+    }
     let pii = harness::pii(split.as_deref());
     print!("{pii}");
     if verbose {

@@ -12,7 +12,8 @@
 //! * [`auth`]: `apiKeyAuth`, `jwtValidation`, `roleCheck` (`auth-agent`).
 //! * [`ratelimit`]: `rateLimit`, `tokenBasedRateLimit` (`ratelimit-agent`).
 //! * [`guardrail`]: `addSecurityHeaders`, `promptInjectionGuard`,
-//!   `piiRedaction`, `auditLog` (`guardrail-agent`).
+//!   `piiRedaction`, `auditLog` (`guardrail-agent`); `guardrail::learned` is
+//!   the learned prompt-injection detector and its trainer.
 //! * [`tool`]: `mcpToolAuthorization`, `mcpToolFilter`, `toolArgumentGuard`,
 //!   `toolSchemaValidation`, `mcpServerRequestGuard` (`tool-agent`).
 //! * [`a2a`]: `a2aAuthorization`, `a2aTaskOwnership`, `a2aCardFilter`,

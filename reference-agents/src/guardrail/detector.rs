@@ -6,6 +6,9 @@
 //! scores. A family whose match lies in decoded base64/hex/rot13 text also
 //! scores `payload_smuggling`.
 //!
+//! The learned detector's probability is the `learned` family's score (see
+//! [`learned::family_score`]).
+//!
 //! All patterns are compiled once into one `RegexSet` that scans the folded
 //! text in a single pass; the spans of the patterns that matched are then
 //! found one by one (only on texts that score). Word boundaries are ASCII
@@ -17,6 +20,7 @@ use std::sync::LazyLock;
 
 use regex::{Regex, RegexSet, RegexSetBuilder};
 
+use super::learned::{self, Model};
 use crate::normalize::{normalize, Normalized};
 use policy_agents::PolicyError;
 
@@ -39,11 +43,13 @@ pub enum Family {
     SqlInjection,
     /// Shell command injection in the prompt.
     CommandInjection,
+    /// The learned detector's verdict on the whole text (see [`learned`](super::learned)).
+    Learned,
 }
 
 impl Family {
     /// Every family, in verdict order.
-    pub const ALL: [Family; 8] = [
+    pub const ALL: [Family; 9] = [
         Family::InstructionOverride,
         Family::PersonaSwitch,
         Family::RefusalSuppression,
@@ -52,6 +58,7 @@ impl Family {
         Family::PayloadSmuggling,
         Family::SqlInjection,
         Family::CommandInjection,
+        Family::Learned,
     ];
 
     /// The category name (in verdicts, metadata and `weight_<name>` params).
@@ -65,6 +72,7 @@ impl Family {
             Family::PayloadSmuggling => "payload_smuggling",
             Family::SqlInjection => "sql_injection",
             Family::CommandInjection => "command_injection",
+            Family::Learned => "learned",
         }
     }
 
@@ -240,11 +248,11 @@ impl Verdict {
 
 /// Per-family weights (1.0 unless configured).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Weights(pub [f64; 8]);
+pub struct Weights(pub [f64; 9]);
 
 impl Default for Weights {
     fn default() -> Self {
-        Weights([1.0; 8])
+        Weights([1.0; 9])
     }
 }
 
@@ -265,12 +273,16 @@ impl Weights {
 pub struct Detector {
     set: RegexSet,
     each: Vec<(Family, f64, Regex)>,
+    learned: &'static Model,
 }
 
-static DETECTOR: LazyLock<Result<Detector, regex::Error>> = LazyLock::new(Detector::compile);
+static DETECTOR: LazyLock<Result<Detector, String>> = LazyLock::new(|| {
+    let learned = Model::shipped()?;
+    Detector::compile(learned).map_err(|e| format!("prompt-injection patterns do not compile: {e}"))
+});
 
 impl Detector {
-    fn compile() -> Result<Self, regex::Error> {
+    fn compile(learned: &'static Model) -> Result<Self, regex::Error> {
         crate::normalize::compile()?;
         let pats = patterns();
         let set = RegexSetBuilder::new(pats.iter().map(|(_, _, p)| p))
@@ -281,32 +293,46 @@ impl Detector {
             .into_iter()
             .map(|(f, s, p)| Regex::new(&p).map(|r| (f, s, r)))
             .collect::<Result<_, _>>()?;
-        Ok(Detector { set, each })
+        Ok(Detector { set, each, learned })
     }
 
     /// The shared detector.
     pub fn shared() -> Result<&'static Detector, PolicyError> {
-        DETECTOR
-            .as_ref()
-            .map_err(|e| PolicyError::new(format!("prompt-injection patterns do not compile: {e}")))
+        DETECTOR.as_ref().map_err(|e| PolicyError::new(e.clone()))
     }
 
     /// Scores `text` with `weights`.
     pub fn assess(&self, text: &str, weights: &Weights) -> Verdict {
-        self.assess_normalized(&normalize(text), weights)
+        self.assess_with(text, weights, self.learned)
     }
 
-    fn assess_normalized(&self, n: &Normalized, weights: &Weights) -> Verdict {
+    /// Scores `text` with `weights` and another learned model (to evaluate
+    /// one trained without part of the corpus).
+    pub fn assess_with(&self, text: &str, weights: &Weights, learned: &Model) -> Verdict {
+        self.assess_normalized(&normalize(text), weights, learned)
+    }
+
+    fn assess_normalized(&self, n: &Normalized, weights: &Weights, learned: &Model) -> Verdict {
+        // The model reads the whole folded text; a weight of 0 skips it.
+        let learned_score = if weights.get(Learned) > 0.0 {
+            learned::family_score(learned.probability(&n.text))
+        } else {
+            0.0
+        };
         let matched = self.set.matches(&n.text);
-        if !matched.matched_any() {
+        if !matched.matched_any() && learned_score == 0.0 {
             return Verdict::default();
         }
         let plain = &n.text[..n.decoded_from.unwrap_or(n.text.len())];
         let asks = asks_about(plain);
         // A one-line question naming a chat-template token asks about it.
         let short_question = plain.len() <= 200 && !plain.trim().contains('\n') && plain.trim_end().ends_with('?');
-        let mut scores = [0.0f64; 8];
-        let mut spans: [Vec<(u32, u32)>; 8] = Default::default();
+        let mut scores = [0.0f64; 9];
+        let mut spans: [Vec<(u32, u32)>; 9] = Default::default();
+        if learned_score > 0.0 {
+            scores[Learned.index()] = learned_score;
+            spans[Learned.index()].push(n.source_span(0, plain.len()));
+        }
         for i in matched.iter() {
             let (family, strength, re) = &self.each[i];
             let Some(m) = re.find(&n.text) else { continue };

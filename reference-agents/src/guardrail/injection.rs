@@ -43,7 +43,7 @@ const MAX_SPANS: usize = 16;
 
 /// The params: `threshold`, `action`, `phases`, `response_status`,
 /// `jsonrpc_error_code` and one `weight_<family>` per family.
-pub const PARAMS: [&str; 13] = [
+pub const PARAMS: [&str; 14] = [
     "threshold",
     "action",
     "phases",
@@ -57,6 +57,7 @@ pub const PARAMS: [&str; 13] = [
     "weight_payload_smuggling",
     "weight_sql_injection",
     "weight_command_injection",
+    "weight_learned",
 ];
 
 /// Parameters of `promptInjectionGuard`.
@@ -283,7 +284,10 @@ mod tests {
         let deny = out.denial().expect("blocked");
         assert_eq!(deny.status, 403);
         let body: serde_json::Value = serde_json::from_slice(&deny.body).unwrap();
-        assert_eq!(body["categories"], serde_json::json!(["instruction_override"]));
+        assert_eq!(
+            body["categories"],
+            serde_json::json!(["instruction_override", "learned"])
+        );
         let span = &body["detections"][0]["spans"][0];
         let (s, e) = (span[0].as_u64().unwrap() as usize, span[1].as_u64().unwrap() as usize);
         assert_eq!(&prompt[s..e], "ignore all previous instructions");
@@ -386,7 +390,7 @@ mod tests {
         assert!(out.header_set("x-prompt-risk").is_some());
         assert_eq!(
             out.metadata_value("response_risk_categories"),
-            Some("instruction_override")
+            Some("instruction_override,learned")
         );
         let block = TestCall::new().params(&[("response_status", "451")]);
         let out = block.response(&PromptInjectionGuard, &req, &html).await.unwrap();

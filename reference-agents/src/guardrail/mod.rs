@@ -6,7 +6,8 @@
 //!   base64/hex/rot13), then scores it by attack family (instruction
 //!   override, persona switch, refusal suppression, system-prompt
 //!   exfiltration, role injection, payload smuggling, SQL and command
-//!   injection), each weighted and named in the verdict.
+//!   injection) and by a learned model over the whole text, each weighted
+//!   and named in the verdict.
 //! * [`PiiRedaction`] (`piiRedaction`): masks e-mails, phone numbers
 //!   (confirmed with libphonenumber's metadata, national formats of the
 //!   configured regions and international ones), card
@@ -21,6 +22,7 @@ mod headers;
 mod indirect;
 mod injection;
 mod injection_stream;
+pub mod learned;
 mod phone;
 mod pii;
 mod pii_json;

@@ -12,18 +12,28 @@ use policy_agents::testing::{TestCall, TestRequest};
 use reference_agents::guardrail::{PiiRedaction, PromptInjectionGuard};
 use serde_json::Value;
 
+#[path = "learned.rs"]
+#[allow(dead_code)] // the leave-one-source-out and external parts serve `make eval-guard` only
+pub mod learned;
+
 /// The corpus directory.
 pub fn corpus_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("testdata/guard-eval")
 }
 
 fn rows(file: &str, split: Option<&str>) -> Vec<Value> {
-    let path = corpus_dir().join(file);
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    read_jsonl(&corpus_dir().join(file))
+        .into_iter()
+        .filter(|r| split.is_none_or(|s| r["split"] == s))
+        .collect()
+}
+
+/// Every line of a JSON-lines file.
+pub(crate) fn read_jsonl(path: &std::path::Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     text.lines()
         .filter(|l| !l.trim().is_empty())
         .map(|l| serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("{}: {e}: {l}", path.display())))
-        .filter(|r| split.is_none_or(|s| r["split"] == s))
         .collect()
 }
 
