@@ -36,7 +36,7 @@ fn main() {
         .filter(|r| split.as_deref().is_none_or(|s| r.split == s))
         .collect();
     let title = format!(
-        "by family of detector, shipped model (trained on the train split), {} split",
+        "patterns only, learned only and both: the shipped model (trained on the train split), {} split",
         split.as_deref().unwrap_or("every")
     );
     print!("{}", harness::learned::score(&title, &picked, shipped, None));
