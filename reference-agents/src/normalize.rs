@@ -216,6 +216,24 @@ fn fold(input: &str, base: usize) -> Normalized {
 /// Marks a run of spaces while folding (one byte, like the space it becomes).
 const WIDE: char = '\u{2}';
 
+/// The ranges of the maximal runs of `bytes` that satisfy `inside`, in order.
+pub(crate) fn runs<'a>(
+    bytes: &'a [u8],
+    inside: impl Fn(u8) -> bool + 'a,
+) -> impl Iterator<Item = std::ops::Range<usize>> + 'a {
+    let mut i = 0;
+    std::iter::from_fn(move || {
+        while i < bytes.len() && !inside(bytes[i]) {
+            i += 1;
+        }
+        let start = i;
+        while i < bytes.len() && inside(bytes[i]) {
+            i += 1;
+        }
+        (start < i).then_some(start..i)
+    })
+}
+
 /// Leetspeak inside words: in a run of letters and digits that holds a
 /// letter and only leet digits (`1gn0r3`, `5y573m`), each leet character
 /// becomes the letter it stands for; numbers (`2023`, `h2o`) stay.
@@ -225,18 +243,9 @@ fn deleet(n: &mut Normalized) {
         return;
     }
     let mut out = bytes.to_vec();
-    let word = |b: u8| b.is_ascii_alphanumeric() || b == b'@' || b == b'$';
-    let mut i = 0;
-    while i < bytes.len() {
-        if !word(bytes[i]) {
-            i += 1;
-            continue;
-        }
-        let start = i;
-        while i < bytes.len() && word(bytes[i]) {
-            i += 1;
-        }
-        let run = &bytes[start..i];
+    for span in runs(bytes, |b| b.is_ascii_alphanumeric() || b == b'@' || b == b'$') {
+        let start = span.start;
+        let run = &bytes[span];
         let has_letter = run.iter().any(u8::is_ascii_lowercase);
         let has_leet = run.iter().any(|&b| leet(b).is_some());
         let other_digit = run.iter().any(|&b| b.is_ascii_digit() && leet(b).is_none());

@@ -12,6 +12,8 @@
 //! functions. Only the first [`MAX_BYTES`] bytes of the folded text count,
 //! which bounds the cost per text.
 
+use crate::normalize::runs;
+
 /// log2 of the number of weights.
 pub const BUCKET_BITS: u32 = 17;
 /// The number of weights.
@@ -52,17 +54,8 @@ pub fn for_each(folded: &str, mut each: impl FnMut(u32)) -> u32 {
     let mut n = 0u32;
     // Words and word pairs.
     let mut prev: Option<u64> = None;
-    let mut i = 0;
-    while i < bytes.len() {
-        if !is_word_byte(bytes[i]) {
-            i += 1;
-            continue;
-        }
-        let start = i;
-        while i < bytes.len() && is_word_byte(bytes[i]) {
-            i += 1;
-        }
-        let h = fnv(FNV_OFFSET, &bytes[start..i]);
+    for word in runs(bytes, is_word_byte) {
+        let h = fnv(FNV_OFFSET, &bytes[word]);
         each(bucket(h, SEED_WORD));
         n += 1;
         if let Some(p) = prev {
