@@ -8,7 +8,7 @@ use std::fmt;
 
 use reference_agents::guardrail::learned::train::{self, Options, Sample};
 use reference_agents::guardrail::learned::Model;
-use reference_agents::guardrail::{Detector, Family, Weights};
+use reference_agents::guardrail::{Detector, Family, Verdict, Weights};
 
 use std::path::Path;
 
@@ -151,18 +151,20 @@ impl fmt::Display for Count {
 /// The three ways of scoring a row: rules only, the model only, both (as shipped).
 pub const MODES: [&str; 3] = ["rules", "learned", "both"];
 
-fn weights(mode: &str) -> Weights {
-    let mut w = Weights::default();
-    match mode {
-        "rules" => w.set(Family::Learned, 0.0),
-        "learned" => {
-            for f in Family::ALL {
-                w.set(f, if f == Family::Learned { 1.0 } else { 0.0 });
-            }
+/// Whether the three modes flag a row, from one verdict with the default
+/// weights (all 1): the rule families' scores summed in verdict order, as
+/// the detector sums them with `weight_learned: 0`; the `learned` family's
+/// score alone; and the whole score.
+fn flags(verdict: &Verdict) -> [bool; 3] {
+    let (mut rules, mut learned) = (0.0, 0.0);
+    for f in &verdict.families {
+        if f.family == Family::Learned {
+            learned = f.score;
+        } else {
+            rules += f.score;
         }
-        _ => {}
     }
-    w
+    [rules >= 0.5, learned >= 0.5, verdict.score >= 0.5]
 }
 
 /// Figures per source (and per kind of attack), each in the three modes.
@@ -221,9 +223,8 @@ pub fn score(title: &str, rows: &[&Row], model: &Model, table: Option<Table>) ->
         title: title.to_string(),
         ..Table::default()
     });
-    let modes = MODES.map(weights);
     for r in rows {
-        let flagged = modes.map(|w| detector.assess_with(&r.text, &w, model).score >= 0.5);
+        let flagged = flags(&detector.assess_with(&r.text, &Weights::default(), model));
         let label = if r.attack { "attack" } else { "benign" };
         table.add(r.source.clone(), label, flagged);
         let all = if r.attack {
