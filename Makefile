@@ -94,11 +94,12 @@ $(SUPERVISOR_STAMP): $(ENVOY_STAMP)
 release: need-build
 	cargo build --release -p policy-kernel -p reference-agents --bins
 
-# What `make run` starts (supervisord.conf): the kernel and five agents,
+# What `make run` starts (supervisord.conf): the kernel and the five agents,
 # built with the RUN_PROFILE profile. Under LTO each binary is a
-# whole-program build of its own, so only these are built (not
-# policy-test-agent nor example-agent).
-RUN_BINS := policy-kernel auth-agent ratelimit-agent guardrail-agent tool-agent planner-agent
+# whole-program build of its own (about 3 minutes each on 2 cores), so the
+# agents come from one binary, `reference-agents` (`reference-agents auth`
+# is auth-agent), and nothing else is built (benches/RESULTS.md 2026-11-26 14:30).
+RUN_BINS := policy-kernel reference-agents
 build-run: need-build
 	cargo build --profile $(RUN_PROFILE) -p policy-kernel -p reference-agents $(addprefix --bin ,$(RUN_BINS))
 

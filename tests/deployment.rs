@@ -120,14 +120,20 @@ fn every_configured_agent_is_shipped() {
             .lines()
             .find(|l| l.starts_with("command=") && l.contains(&format!("/sockets/{socket}")))
             .unwrap_or_else(|| panic!("supervisord.conf starts no agent on {socket} ({})", agent.name));
-        let binary = command
-            .split_whitespace()
-            .next()
-            .and_then(|c| c.rsplit('/').next())
-            .unwrap();
+        // `reference-agents auth …` runs auth-agent (the five agents in one binary).
+        let mut words = command.split_whitespace();
+        let program = words.next().and_then(|c| c.rsplit('/').next()).unwrap();
+        assert_eq!(program, "reference-agents", "{command}");
+        let binary = format!("{}-agent", words.next().unwrap());
         assert!(
-            dockerfile.contains(&format!("target/release/{binary} ")),
-            "deploy/Dockerfile does not ship {binary}"
+            dockerfile.contains("target/release/reference-agents "),
+            "deploy/Dockerfile does not ship reference-agents"
+        );
+        let short = binary.trim_end_matches("-agent");
+        assert!(
+            dockerfile.lines().any(|l| l.contains("ln -s reference-agents")
+                && l.split_whitespace().any(|w| w.trim_end_matches(';') == short)),
+            "deploy/Dockerfile does not link {binary} to reference-agents"
         );
         assert!(
             k8s.contains(&format!(

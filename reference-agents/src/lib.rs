@@ -1,9 +1,9 @@
 //! # reference-agents
 //!
 //! The reference policies of policy-kernel and the agent binaries that serve
-//! them, built on the `policy-agents` SDK. Each binary in `src/bin/` registers
-//! one group's policies on an SDK [`Agent`](policy_agents::Agent) and chooses
-//! its allocator (mimalloc).
+//! them, built on the `policy-agents` SDK. Each agent program in [`program`]
+//! registers one group's policies on an SDK [`Agent`](policy_agents::Agent);
+//! the binaries in `src/bin/` run them and choose the allocator (mimalloc).
 //!
 //! # Layout
 //!
@@ -39,9 +39,16 @@
 //! * [`sessions`]: state kept across requests (planner sessions, MCP
 //!   server requests, A2A task owners), in memory or in Redis.
 //!
+//! The programs:
+//!
+//! * [`program`]: each agent's flags and start-up (`program::auth`, …), and
+//!   the dispatch of `reference-agents`, the five agents in one binary.
+//!
 //! Binaries: `auth-agent`, `ratelimit-agent`, `guardrail-agent`,
-//! `tool-agent`, `planner-agent`, and `example-agent` (the smallest useful
-//! agent: `addHeader`, `delay`).
+//! `tool-agent`, `planner-agent`; `reference-agents` (all five:
+//! `reference-agents auth --socket=…`, what `make run` and the container
+//! start); and `example-agent` (the smallest useful agent: `addHeader`,
+//! `delay`).
 
 pub mod a2a;
 pub mod auth;
@@ -50,6 +57,7 @@ pub mod jsonrpc;
 pub mod normalize;
 pub mod param_cache;
 pub mod planner;
+pub mod program;
 pub mod ratelimit;
 pub mod rules;
 pub mod sessions;

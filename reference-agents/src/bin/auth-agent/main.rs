@@ -1,60 +1,12 @@
 //! `auth-agent`: `apiKeyAuth`, `jwtValidation`, `tokenIntrospection`,
 //! `oauthProtectedResource` and `roleCheck`.
 
-use std::path::PathBuf;
-
-use anyhow::Context;
-use clap::Parser;
-use policy_agents::cli::{init_tracing, ServeArgs};
-use policy_agents::Agent;
-use reference_agents::auth::{
-    ApiKeyAuth, ApiKeyStore, JwtValidation, OauthProtectedResource, RoleCheck, TokenIntrospection,
-};
+use std::process::ExitCode;
 
 // mimalloc: cheaper than glibc malloc for many small, short-lived gRPC buffers.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Flags of `auth-agent`.
-#[derive(Parser)]
-#[command(
-    version,
-    about = "Policy agent for authentication: apiKeyAuth, jwtValidation, tokenIntrospection, oauthProtectedResource, roleCheck"
-)]
-struct Args {
-    /// Unix socket to listen on.
-    #[arg(long, default_value = "/var/run/policy-engine/agents/auth.sock")]
-    socket: PathBuf,
-    /// File of API keys: one `<hex sha256 of the key> [consumer]` per line.
-    /// Without it, apiKeyAuth knows no key and refuses every one.
-    #[arg(long, value_name = "FILE")]
-    api_keys: Option<PathBuf>,
-    #[command(flatten)]
-    serve: ServeArgs,
-}
-
-fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
-    args.serve.runtime()?.block_on(run(args))
-}
-
-async fn run(args: Args) -> anyhow::Result<()> {
-    init_tracing(args.serve.log_json);
-    let keys = match &args.api_keys {
-        Some(path) => ApiKeyStore::load(path).context("loading --api-keys")?,
-        None => {
-            tracing::warn!("no --api-keys file: apiKeyAuth will refuse every key");
-            ApiKeyStore::default()
-        }
-    };
-    tracing::info!(keys = keys.len(), "API keys loaded");
-    reference_agents::auth::metrics::register_all();
-    let builder = Agent::builder("auth-agent", env!("CARGO_PKG_VERSION"))
-        .policy(ApiKeyAuth::new(keys))
-        .policy(JwtValidation::new())
-        .policy(TokenIntrospection::new())
-        .policy(OauthProtectedResource::new())
-        .policy(RoleCheck);
-    args.serve.apply(builder).serve_unix(&args.socket).await?;
-    Ok(())
+fn main() -> anyhow::Result<ExitCode> {
+    reference_agents::program::auth::main(std::env::args_os().collect())
 }

@@ -6,59 +6,12 @@
 //! Session state is in memory, or in Redis with `--redis-url` (shared by
 //! every planner agent using the server).
 
-use std::path::PathBuf;
-
-use anyhow::Context;
-use clap::Parser;
-use policy_agents::cli::{init_tracing, ServeArgs};
-use policy_agents::Agent;
-use reference_agents::planner::{
-    ContextBudget, ContextBudgetStream, FutilityGuard, PlanCritic, PlanCriticStream, SessionStore, UntrustedInput,
-};
+use std::process::ExitCode;
 
 // mimalloc: cheaper than glibc malloc for many small, short-lived gRPC buffers.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Flags of `planner-agent`.
-#[derive(Parser)]
-#[command(
-    version,
-    about = "Policy agent for planned tool calls: planCritic, planCriticStream, untrustedInput, futilityGuard, contextBudget, contextBudgetStream"
-)]
-struct Args {
-    /// Unix socket to listen on.
-    #[arg(long, default_value = "/var/run/policy-engine/agents/planner.sock")]
-    socket: PathBuf,
-    /// Keep session state (futilityGuard, contextBudget, contextBudgetStream)
-    /// in Redis, shared by every planner agent using it, for example
-    /// `redis://127.0.0.1:6379/0` or `redis+unix:///run/redis.sock`.
-    /// In memory when absent.
-    #[arg(long, value_name = "URL")]
-    redis_url: Option<String>,
-    #[command(flatten)]
-    serve: ServeArgs,
-}
-
-fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
-    args.serve.runtime()?.block_on(run(args))
-}
-
-async fn run(args: Args) -> anyhow::Result<()> {
-    init_tracing(args.serve.log_json);
-    let store = match &args.redis_url {
-        Some(url) => SessionStore::redis(url).await.context("connecting to --redis-url")?,
-        None => SessionStore::memory(),
-    };
-    tracing::info!(redis = args.redis_url.is_some(), "session store ready");
-    let builder = Agent::builder("planner-agent", env!("CARGO_PKG_VERSION"))
-        .policy(PlanCritic::new())
-        .policy(PlanCriticStream::new())
-        .policy(UntrustedInput::new())
-        .policy(FutilityGuard::with_store(store.clone()))
-        .policy(ContextBudget::with_store(store.clone()))
-        .policy(ContextBudgetStream::with_store(store));
-    args.serve.apply(builder).serve_unix(&args.socket).await?;
-    Ok(())
+fn main() -> anyhow::Result<ExitCode> {
+    reference_agents::program::planner::main(std::env::args_os().collect())
 }

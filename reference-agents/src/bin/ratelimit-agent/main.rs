@@ -1,48 +1,11 @@
 //! `ratelimit-agent`: `rateLimit` and `tokenBasedRateLimit`.
 
-use std::path::PathBuf;
-
-use anyhow::Context;
-use clap::Parser;
-use policy_agents::cli::{init_tracing, ServeArgs};
-use policy_agents::Agent;
-use reference_agents::ratelimit::{Backend, RateLimit, TokenBasedRateLimit};
+use std::process::ExitCode;
 
 // mimalloc: cheaper than glibc malloc for many small, short-lived gRPC buffers.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Flags of `ratelimit-agent`.
-#[derive(Parser)]
-#[command(version, about = "Policy agent for rate limits: rateLimit, tokenBasedRateLimit")]
-struct Args {
-    /// Unix socket to listen on.
-    #[arg(long, default_value = "/var/run/policy-engine/agents/ratelimit.sock")]
-    socket: PathBuf,
-    /// Keep limits in Redis (shared by every agent using it), for example
-    /// `redis://127.0.0.1:6379/0` or `redis+unix:///run/redis.sock`.
-    /// In memory when absent.
-    #[arg(long, value_name = "URL")]
-    redis_url: Option<String>,
-    #[command(flatten)]
-    serve: ServeArgs,
-}
-
-fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
-    args.serve.runtime()?.block_on(run(args))
-}
-
-async fn run(args: Args) -> anyhow::Result<()> {
-    init_tracing(args.serve.log_json);
-    let backend = match &args.redis_url {
-        Some(url) => Backend::redis(url).await.context("connecting to --redis-url")?,
-        None => Backend::memory(),
-    };
-    tracing::info!(redis = args.redis_url.is_some(), "rate-limit backend ready");
-    let builder = Agent::builder("ratelimit-agent", env!("CARGO_PKG_VERSION"))
-        .policy(RateLimit::new(backend.clone()))
-        .policy(TokenBasedRateLimit::new(backend));
-    args.serve.apply(builder).serve_unix(&args.socket).await?;
-    Ok(())
+fn main() -> anyhow::Result<ExitCode> {
+    reference_agents::program::ratelimit::main(std::env::args_os().collect())
 }

@@ -8,62 +8,12 @@
 //! A2A tasks are kept in memory, or in Redis with `--redis-url` (shared by
 //! every tool agent using it).
 
-use std::path::PathBuf;
-
-use anyhow::Context;
-use clap::Parser;
-use policy_agents::cli::{init_tracing, ServeArgs};
-use policy_agents::Agent;
-use reference_agents::a2a::{A2aAuthorization, A2aCardFilter, A2aTaskOwnership, A2aUrlGuard};
-use reference_agents::sessions::SessionStore;
-use reference_agents::tool::{
-    McpServerRequestGuard, McpToolAuthorization, McpToolFilter, ToolArgumentGuard, ToolSchemaValidation,
-};
+use std::process::ExitCode;
 
 // mimalloc: cheaper than glibc malloc for many small, short-lived gRPC buffers.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Flags of `tool-agent`.
-#[derive(Parser)]
-#[command(
-    version,
-    about = "Policy agent for MCP tool calls and A2A delegation: mcpToolAuthorization, mcpToolFilter, toolArgumentGuard, toolSchemaValidation, mcpServerRequestGuard, a2aAuthorization, a2aTaskOwnership, a2aCardFilter, a2aUrlGuard"
-)]
-struct Args {
-    /// Unix socket to listen on.
-    #[arg(long, default_value = "/var/run/policy-engine/agents/tool.sock")]
-    socket: PathBuf,
-    /// Keep the server requests awaiting an answer and the A2A task owners in Redis
-    /// (`redis://127.0.0.1:6379/0` or `redis+unix:///run/redis.sock`)
-    /// instead of in memory.
-    #[arg(long)]
-    redis_url: Option<String>,
-    #[command(flatten)]
-    serve: ServeArgs,
-}
-
-fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
-    args.serve.runtime()?.block_on(run(args))
-}
-
-async fn run(args: Args) -> anyhow::Result<()> {
-    init_tracing(args.serve.log_json);
-    let store = match &args.redis_url {
-        Some(url) => SessionStore::redis(url).await.context("connecting to --redis-url")?,
-        None => SessionStore::memory(),
-    };
-    let builder = Agent::builder("tool-agent", env!("CARGO_PKG_VERSION"))
-        .policy(McpToolAuthorization::new())
-        .policy(McpToolFilter::new())
-        .policy(ToolArgumentGuard::new())
-        .policy(ToolSchemaValidation::new())
-        .policy(McpServerRequestGuard::new(store.clone()))
-        .policy(A2aAuthorization::default())
-        .policy(A2aTaskOwnership::new(store))
-        .policy(A2aCardFilter::default())
-        .policy(A2aUrlGuard::default());
-    args.serve.apply(builder).serve_unix(&args.socket).await?;
-    Ok(())
+fn main() -> anyhow::Result<ExitCode> {
+    reference_agents::program::tool::main(std::env::args_os().collect())
 }

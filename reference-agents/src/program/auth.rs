@@ -1,0 +1,59 @@
+//! `auth-agent`: `apiKeyAuth`, `jwtValidation`, `tokenIntrospection`,
+//! `oauthProtectedResource` and `roleCheck`.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crate::auth::{ApiKeyAuth, ApiKeyStore, JwtValidation, OauthProtectedResource, RoleCheck, TokenIntrospection};
+use anyhow::Context;
+use clap::Parser;
+use policy_agents::cli::{init_tracing, ServeArgs};
+use policy_agents::Agent;
+
+/// Flags of `auth-agent`.
+#[derive(Parser)]
+#[command(
+    name = "auth-agent",
+    version,
+    about = "Policy agent for authentication: apiKeyAuth, jwtValidation, tokenIntrospection, oauthProtectedResource, roleCheck"
+)]
+pub(crate) struct Args {
+    /// Unix socket to listen on.
+    #[arg(long, default_value = "/var/run/policy-engine/agents/auth.sock")]
+    socket: PathBuf,
+    /// File of API keys: one `<hex sha256 of the key> [consumer]` per line.
+    /// Without it, apiKeyAuth knows no key and refuses every one.
+    #[arg(long, value_name = "FILE")]
+    api_keys: Option<PathBuf>,
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+/// Runs `auth-agent` with `args` (its name first).
+pub fn main(args: Vec<OsString>) -> anyhow::Result<ExitCode> {
+    let args = Args::parse_from(args);
+    args.serve.runtime()?.block_on(run(args))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    init_tracing(args.serve.log_json);
+    let keys = match &args.api_keys {
+        Some(path) => ApiKeyStore::load(path).context("loading --api-keys")?,
+        None => {
+            tracing::warn!("no --api-keys file: apiKeyAuth will refuse every key");
+            ApiKeyStore::default()
+        }
+    };
+    tracing::info!(keys = keys.len(), "API keys loaded");
+    crate::auth::metrics::register_all();
+    let builder = Agent::builder("auth-agent", env!("CARGO_PKG_VERSION"))
+        .policy(ApiKeyAuth::new(keys))
+        .policy(JwtValidation::new())
+        .policy(TokenIntrospection::new())
+        .policy(OauthProtectedResource::new())
+        .policy(RoleCheck);
+    args.serve.apply(builder).serve_unix(&args.socket).await?;
+    Ok(())
+}
