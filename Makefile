@@ -98,7 +98,7 @@ release: need-build
 # built with the RUN_PROFILE profile. Under LTO each binary is a
 # whole-program build of its own (about 3 minutes each on 2 cores), so the
 # agents come from one binary, `reference-agents` (`reference-agents auth`
-# is auth-agent), and nothing else is built (benches/RESULTS.md 2026-11-26 14:30).
+# is auth-agent), and nothing else is built (benches/RESULTS.md 2026-11-26 14:50).
 RUN_BINS := policy-kernel reference-agents
 build-run: need-build
 	cargo build --profile $(RUN_PROFILE) -p policy-kernel -p reference-agents $(addprefix --bin ,$(RUN_BINS))
