@@ -21,6 +21,10 @@
 # EK1 - EF2 what the kernel's answers cost it beyond that. Not run by
 # default (about 80 s each; Envoy needs `make setup`).
 #
+# Scenario K1x is hop.sh's K1, the shipped transport: one request policy
+# (addHeader) on the Rust SDK's example-agent, which serves the call stream
+# (policy-test-agent, the agent of K1 and K3, serves unary calls only).
+#
 # Scenario K1c is a route whose one request policy declares its outcome
 # cacheable (benches/configs/kernel.yaml): every stream after the first is
 # answered from the decision cache.
@@ -43,7 +47,7 @@ KERNEL=${PK_IR_KERNEL:-$BIN/policy-kernel}
 ENVOY_RATE=${PK_IR_ENVOY_RATE:-100}
 ENVOY=$(venv_envoy)
 command -v valgrind >/dev/null || { echo "valgrind not found: apt-get install valgrind" >&2; exit 2; }
-for b in "$KERNEL" "$BIN/pk-floor" "$BIN/pk-loadgen" "$BIN/pk-http" "$BIN/policy-test-agent"; do
+for b in "$KERNEL" "$BIN/pk-floor" "$BIN/pk-loadgen" "$BIN/pk-http" "$BIN/policy-test-agent" "$BIN/example-agent"; do
   [ -x "$b" ] || { echo "missing $b: cargo build --release --workspace" >&2; exit 2; }
 done
 [ $# -gt 0 ] || set -- F K0 K1 K3 A1
@@ -56,7 +60,8 @@ route_of() {
     K0) echo k0-unknown ;;
     K3) echo k3 ;;
     K1c) echo kc ;;
-    *) echo "unknown scenario $1 (F K0 K1 K3 K1c A1 E0 EF2 EK1)" >&2; exit 2 ;;
+    K1x) echo kx ;;
+    *) echo "unknown scenario $1 (F K0 K1 K3 K1c K1x A1 E0 EF2 EK1)" >&2; exit 2 ;;
   esac
 }
 
@@ -110,6 +115,18 @@ print(len(rows), ir)
 EOF
 }
 
+# with_example_agent RUN_DIR: starts example-agent on RUN_DIR/example.sock
+# and adds it, and route kx (addHeader on it), to RUN_DIR/kernel.yaml.
+with_example_agent() {
+  local run=$1
+  "$BIN/example-agent" --socket "$run/example.sock" >"$run/example.log" 2>&1 &
+  PIDS+=($!)
+  wait_for 10 test -S "$run/example.sock" || { echo "example-agent did not start: $run/example.log" >&2; return 1; }
+  sed -i -e "/^  agents:\$/a\\    - name: example\\n      socket_path: \"$run/example.sock\"" \
+    -e '/^  route_policies:$/a\    - route_name: kx\n      request_policy_chain:\n        - policy: addHeader\n          agent: example\n          params: {name: x-hop, value: "1"}' \
+    "$run/kernel.yaml"
+}
+
 # measure SCENARIO SECONDS: prints "STREAMS IR"
 measure() {
   local label=$1 secs=$2 run target
@@ -129,6 +146,7 @@ measure() {
   else
     sed "s#@RUN@#$run#g" "$ROOT/benches/configs/kernel.yaml" >"$run/kernel.yaml"
     spawn_agents "$run" "$BIN/policy-test-agent"
+    [ "$label" = K1x ] && with_example_agent "$run"
     valgrind --tool=callgrind --callgrind-out-file="$run/cg.out" "$KERNEL" --config="$run/kernel.yaml" \
       >"$run/target.log" 2>&1 &
     target=$!

@@ -395,7 +395,7 @@ impl Run<'_> {
         tracing::warn!(
             request_id = self.request_id,
             route_name = %self.route.name,
-            metadata = %metadata,
+            metadata_json = %metadata,
             "Partial policy chain execution due to agent failure"
         );
         self.route.metrics.partial_failure(name, error.kind());

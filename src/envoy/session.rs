@@ -689,10 +689,15 @@ impl Drop for Active {
         agents.sort_unstable();
         agents.dedup();
         if agents.len() == 1 {
-            tracing::info!(request_id = %self.request.request_id, route_name = %self.route.name,
-                agent_name = name(agents[0]), duration_ms,
-                metadata = format_args!("{{\"policies_executed\":{total_policies},\"instructions_count\":{instructions}}}"),
-                "Request processed successfully");
+            tracing::info!(
+                request_id = self.request.request_id.as_str(),
+                route_name = self.route.name.as_str(),
+                agent_name = name(agents[0]),
+                duration_ms,
+                metadata_json =
+                    format_args!("{{\"policies_executed\":{total_policies},\"instructions_count\":{instructions}}}"),
+                "Request processed successfully"
+            );
             return;
         }
         let mut per_agent = serde_json::Map::new();
@@ -716,7 +721,7 @@ impl Drop for Active {
             "total_instructions": instructions,
             "agent_durations_ms": durations,
         });
-        tracing::info!(request_id = %self.request.request_id, route_name = %self.route.name, duration_ms,
-            metadata = %metadata, "Policy chain executed across multiple agents");
+        tracing::info!(request_id = self.request.request_id.as_str(), route_name = self.route.name.as_str(), duration_ms,
+            metadata_json = %metadata, "Policy chain executed across multiple agents");
     }
 }

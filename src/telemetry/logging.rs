@@ -71,12 +71,23 @@ struct Fields<'w, 'a> {
     name: Option<String>,
 }
 
+/// Fields named `<name>_json` carry JSON text the kernel built itself (the
+/// request log's `metadata_json`): written as it is under `<name>`, with no
+/// copy and no parse. Any other field is checked (`json_or_string`).
+const RAW_JSON: &str = "_json";
+
 impl Fields<'_, '_> {
     fn key(&mut self, field: &Field) {
-        let name = field.name();
+        self.key_named(field.name());
+    }
+    fn key_named(&mut self, name: &str) {
         self.message |= name == "message";
         let prefix = if RESERVED.contains(&name) { "field_" } else { "" };
-        self.write(format_args!(",\"{prefix}{name}\":"));
+        if self.result.is_ok() {
+            self.result = [",\"", prefix, name, "\":"]
+                .into_iter()
+                .try_for_each(|part| self.out.write_str(part));
+        }
     }
     fn write(&mut self, args: fmt::Arguments<'_>) {
         if self.result.is_ok() {
@@ -135,11 +146,23 @@ impl Visit for Fields<'_, '_> {
         self.write(format_args!("{value}"));
     }
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        if let Some(name) = field.name().strip_suffix(RAW_JSON) {
+            self.key_named(name);
+            self.write(format_args!("{value:?}"));
+            return;
+        }
         self.key(field);
-        let text = format!("{value:?}");
         if field.name() == "message" {
-            self.string(&text);
+            // Escaped as it is formatted: no copy of the text.
+            if self.result.is_ok() {
+                self.result = self
+                    .out
+                    .write_char('"')
+                    .and_then(|()| fmt::Write::write_fmt(&mut JsonEscape(&mut *self.out), format_args!("{value:?}")))
+                    .and_then(|()| self.out.write_char('"'));
+            }
         } else {
+            let text = format!("{value:?}");
             // Lists and maps logged with `?` are Rust debug text; keep them
             // machine-readable when they are valid JSON (Vec<String> is).
             self.json_or_string(&text);
@@ -150,6 +173,21 @@ impl Visit for Fields<'_, '_> {
 /// Writes `s` as a JSON string literal (quotes and escapes included).
 fn write_json_str(out: &mut impl fmt::Write, s: &str) -> fmt::Result {
     out.write_char('"')?;
+    write_json_escaped(out, s)?;
+    out.write_char('"')
+}
+
+/// A writer that escapes what it is given for the inside of a JSON string.
+struct JsonEscape<'w, W: fmt::Write>(&'w mut W);
+
+impl<W: fmt::Write> fmt::Write for JsonEscape<'_, W> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        write_json_escaped(self.0, s)
+    }
+}
+
+/// Writes `s` with JSON string escapes, without quotes.
+fn write_json_escaped(out: &mut impl fmt::Write, s: &str) -> fmt::Result {
     let mut plain = 0;
     for (i, c) in s.char_indices() {
         let esc: Option<&str> = match c {
@@ -168,8 +206,7 @@ fn write_json_str(out: &mut impl fmt::Write, s: &str) -> fmt::Result {
         }
         plain = i + c.len_utf8();
     }
-    out.write_str(&s[plain..])?;
-    out.write_char('"')
+    out.write_str(&s[plain..])
 }
 
 fn level_name(level: &Level) -> &'static str {
@@ -273,6 +310,7 @@ mod tests {
                 ok = true,
                 text = hostile,
                 metadata = format_args!("{{\"policies_executed\":2,\"instructions_count\":3}}"),
+                counts_json = format_args!("{{\"total_policies\":{},\"agents\":[\"a\"]}}", 4),
                 list = ?vec!["a", "b"],
                 level = "a field named like a reserved key",
                 "Request processed successfully"
@@ -281,8 +319,11 @@ mod tests {
             tracing::error!(name = "BatchSpanProcessor.ExportError", error = "refused");
             tracing::error!(error = "refused");
             tracing::warn!(name = "Export.Failed", message = "data will be lost");
+            tracing::warn!("a message with {hostile}");
         });
-        assert_eq!(out.len(), 5);
+        assert_eq!(out.len(), 6);
+        // The message is escaped as it is formatted.
+        assert_eq!(out[5]["message"], format!("a message with {hostile}"));
         let l = &out[0];
         assert_eq!(l["level"], "info");
         assert_eq!(l["component"], "kernel");
@@ -297,6 +338,9 @@ mod tests {
         assert_eq!(l["text"], hostile);
         assert_eq!(l["metadata"]["policies_executed"], 2);
         assert_eq!(l["metadata"]["instructions_count"], 3);
+        // `_json` fields are written as they are, under the name without it.
+        assert_eq!(l["counts"], serde_json::json!({"total_policies": 4, "agents": ["a"]}));
+        assert!(l.get("counts_json").is_none());
         assert_eq!(l["list"], serde_json::json!(["a", "b"]));
         assert_eq!(l["field_level"], "a field named like a reserved key");
         assert_eq!(out[1]["level"], "warning");
