@@ -142,6 +142,14 @@ fn patterns() -> Vec<(Family, f64, String)> {
         (PromptExfiltration, 0.3, r"(?-u:\b)(?:reveal|leak|dump|disclose|expose)(?-u:\b)[^.]{0,25}(?-u:\b)(?:system prompt|system message|prompt|instructions|configuration)(?-u:\b)".into()),
         (PromptExfiltration, 0.5, r"(?-u:\b)(?:repeat|print|output|copy|echo|write|recite)(?-u:\b)[^.]{0,30}(?-u:\b)(?:words|text|everything|all|messages?|lines?)(?-u:\b)[^.]{0,30}(?-u:\b)(?:above|before this|previous|prior|initial|preceding|so far)(?-u:\b)".into()),
         (PromptExfiltration, 0.4, r#"(?-u:\b)(?:beginning|starting|begins|starts) (?:with|from) ["']?you are(?-u:\b)"#.into()),
+        // Any handling of the model's own set-up: an act on it (shown,
+        // copied, transformed, described, asked after) and the set-up named
+        // as the model's ("your instructions", "your system prompt"), whatever
+        // the verb. Then the start of the conversation asked for by position,
+        // weaker: it may be the user's own first message ("repeat what I
+        // said at the start of this chat").
+        (PromptExfiltration, 0.5, r"(?-u:\b)(?:reveal|print|show|repeat|output|display|tell|give|share|leak|dump|recite|list|write|spell|paste|copy|disclose|expose|translate|summari[sz]e|paraphrase|describe|quote|encode|convert|rewrite|reproduce|return|send|state|read|enumerate|render|format|include|contains?|put|what (?:is|are|was|were)|what'?s)(?-u:\b)[^.?!\n]{0,40}(?-u:\b)your (?:(?:\w+ ){0,2})(?:system prompt|system message|prompt|pre-?prompt|instructions|directives|guidelines|initial message|hidden rules|secret rules)(?-u:\b)".into()),
+        (PromptExfiltration, 0.3, r"(?-u:\b)(?:first|earliest|initial|opening|very first|top) (?:message|line|lines|sentence|words?|text|instructions?|prompt)(?-u:\b) (?:in|of|at the (?:start|top|beginning) of) (?:this|the|our|your) (?:conversation|chat|context|session|dialogue|thread)(?-u:\b)|(?-u:\b)(?:at the (?:very )?(?:top|start|beginning) of (?:this|the|our) (?:conversation|chat|context)|above my (?:first )?message|before my (?:first )?message)(?-u:\b)".into()),
         // Delimiter and role injection.
         (RoleInjection, 0.6, r"<\|(?:im_start|im_end|system|user|assistant|endoftext|eot_id|start_header_id|end_header_id|begin_of_text)\|>".into()),
         (RoleInjection, 0.5, r"\[/?inst\]|<</?sys>>|<start_of_turn>|<end_of_turn>".into()),
