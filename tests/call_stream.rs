@@ -174,9 +174,12 @@ async fn an_agent_restart_fails_calls_in_flight_and_the_next_calls_reconnect() {
 /// stream open the circuit, after which the agent gets no calls.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn call_limits_and_the_circuit_breaker_hold_on_the_stream() {
+    // Health checks 60 s apart: a passing check ends an open circuit's
+    // cool-down (the next call is the probe), which would race the checks
+    // below that the open circuit refuses calls.
     let st = stack(
         &routes(2000),
-        200,
+        60_000,
         "      timeout_ms: 300\n      max_concurrent_calls: 1\n      circuit_breaker: {failure_threshold: 2, cooldown_ms: 60000}\n",
     )
     .await;
