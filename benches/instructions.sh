@@ -25,6 +25,9 @@
 # (addHeader) on the Rust SDK's example-agent, which serves the call stream
 # (policy-test-agent, the agent of K1 and K3, serves unary calls only).
 #
+# Scenario A1x is the other side of K1x: example-agent under callgrind, the
+# kernel native; per K1x stream, that is per call on the call stream.
+#
 # Scenario K1c is a route whose one request policy declares its outcome
 # cacheable (benches/configs/kernel.yaml): every stream after the first is
 # answered from the decision cache.
@@ -60,8 +63,8 @@ route_of() {
     K0) echo k0-unknown ;;
     K3) echo k3 ;;
     K1c) echo kc ;;
-    K1x) echo kx ;;
-    *) echo "unknown scenario $1 (F K0 K1 K3 K1c K1x A1 E0 EF2 EK1)" >&2; exit 2 ;;
+    K1x | A1x) echo kx ;;
+    *) echo "unknown scenario $1 (F K0 K1 K3 K1c K1x A1 A1x E0 EF2 EK1)" >&2; exit 2 ;;
   esac
 }
 
@@ -115,13 +118,15 @@ print(len(rows), ir)
 EOF
 }
 
-# with_example_agent RUN_DIR: starts example-agent on RUN_DIR/example.sock
-# and adds it, and route kx (addHeader on it), to RUN_DIR/kernel.yaml.
+# with_example_agent RUN_DIR [WRAPPER...]: starts example-agent (under
+# WRAPPER, if any) on RUN_DIR/example.sock and adds it, and route kx
+# (addHeader on it), to RUN_DIR/kernel.yaml.
 with_example_agent() {
   local run=$1
-  "$BIN/example-agent" --socket "$run/example.sock" >"$run/example.log" 2>&1 &
+  shift
+  "$@" "$BIN/example-agent" --socket "$run/example.sock" >"$run/example.log" 2>&1 &
   PIDS+=($!)
-  wait_for 10 test -S "$run/example.sock" || { echo "example-agent did not start: $run/example.log" >&2; return 1; }
+  wait_for 60 test -S "$run/example.sock" || { echo "example-agent did not start: $run/example.log" >&2; return 1; }
   sed -i -e "/^  agents:\$/a\\    - name: example\\n      socket_path: \"$run/example.sock\"" \
     -e '/^  route_policies:$/a\    - route_name: kx\n      request_policy_chain:\n        - policy: addHeader\n          agent: example\n          params: {name: x-hop, value: "1"}' \
     "$run/kernel.yaml"
@@ -143,6 +148,15 @@ measure() {
     local first=${#PIDS[@]}
     start_stack "$run" 60 valgrind --tool=callgrind --callgrind-out-file="$run/agent.%p.cg"
     target=${PIDS[$first]}
+  elif [ "$label" = A1x ]; then
+    # example-agent under callgrind, the kernel native.
+    sed "s#@RUN@#$run#g" "$ROOT/benches/configs/kernel.yaml" >"$run/kernel.yaml"
+    spawn_agents "$run" "$BIN/policy-test-agent"
+    with_example_agent "$run" valgrind --tool=callgrind --callgrind-out-file="$run/cg.out"
+    target=${PIDS[${#PIDS[@]} - 1]}
+    "$KERNEL" --config="$run/kernel.yaml" >"$run/kernel.log" 2>&1 &
+    PIDS+=($!)
+    wait_kernel "$run" "$run/kernel.log" 60
   else
     sed "s#@RUN@#$run#g" "$ROOT/benches/configs/kernel.yaml" >"$run/kernel.yaml"
     spawn_agents "$run" "$BIN/policy-test-agent"

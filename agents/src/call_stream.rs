@@ -123,15 +123,20 @@ async fn run(
     };
     let span = tracing::debug_span!("execute", call_id = id, request_id = %info.request_id);
     let registry = &shared.registry;
-    let work = async move {
-        match call {
-            Call::Request(c) => Reply::Request(crate::runner::execute_request(registry, c, info).await),
-            Call::Response(c) => Reply::Response(crate::runner::execute_response(registry, c, info).await),
-            Call::Chunk(c) => Reply::Chunk(crate::stream::execute_chunk(registry, c, info).await),
-            Call::Cancel(_) => Reply::Error(proto::CallStatus::default()),
+    // Boxed: the policies' futures are large, and a spawned task's future
+    // is copied when it is spawned and again when it finishes; the task
+    // itself stays small.
+    let work = Box::pin(
+        async move {
+            match call {
+                Call::Request(c) => Reply::Request(crate::runner::execute_request(registry, c, info).await),
+                Call::Response(c) => Reply::Response(crate::runner::execute_response(registry, c, info).await),
+                Call::Chunk(c) => Reply::Chunk(crate::stream::execute_chunk(registry, c, info).await),
+                Call::Cancel(_) => Reply::Error(proto::CallStatus::default()),
+            }
         }
-    }
-    .instrument(span);
+        .instrument(span),
+    );
     let reply = match deadline {
         Some(at) => match tokio::time::timeout_at(at, work).await {
             Ok(reply) => proto::ReplyFrame { id, reply: Some(reply) },

@@ -91,7 +91,9 @@
 //! * [`proto`]: the generated protocol types.
 //!
 //! The SDK does not choose a global allocator: a binary built on it picks its
-//! own (the reference agents use mimalloc).
+//! own. The reference agents and `example-agent` use mimalloc; with glibc's
+//! malloc, `example-agent` spent a fifth of its instructions per call in the
+//! allocator (benches/RESULTS.md, 2026-11-26 21:30).
 #![warn(missing_docs)]
 
 mod action;
