@@ -3,9 +3,9 @@
 //! `<name>_json` (JSON text the kernel built, such as the request log's
 //! `metadata_json`) is written as the object `<name>`, so request logs have
 //! the nested shape of the spec; other values logged with `?` or `%` are
-//! embedded as JSON when they are a JSON document. The level applies to the kernel's own
-//! events (dependencies log warnings and errors), can be changed at runtime
-//! (configuration reload), and `RUST_LOG` overrides it.
+//! embedded as JSON when they are a JSON document. The level applies to the
+//! kernel's own events (dependencies log warnings and errors), can be
+//! changed at runtime (configuration reload), and `RUST_LOG` overrides it.
 
 use std::fmt;
 use std::sync::OnceLock;

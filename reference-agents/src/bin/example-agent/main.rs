@@ -11,16 +11,16 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-
-// mimalloc, as the reference agents choose: cheaper than glibc malloc for
-// the many small, short-lived buffers of each call (benches/RESULTS.md).
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use policy_agents::cli::{init_tracing, ServeArgs};
 use policy_agents::{
     Agent, Cacheable, FromParams, ParamError, Params, Phases, Policy, PolicyError, RequestContext, RequestOutcome,
     ResponseContext, ResponseOutcome,
 };
+
+// mimalloc, as the reference agents choose: cheaper than glibc malloc for
+// the many small, short-lived buffers of each call (benches/RESULTS.md).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Sets a header.
 struct AddHeader;
