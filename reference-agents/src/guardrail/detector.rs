@@ -20,6 +20,7 @@ use std::sync::LazyLock;
 
 use regex::{Regex, RegexSet, RegexSetBuilder};
 
+use super::extraction;
 use super::learned::{self, Model};
 use crate::normalize::{normalize, Normalized};
 use policy_agents::PolicyError;
@@ -92,6 +93,19 @@ const UNBOUND: &str = r"(?:unrestricted|unfiltered|uncensored|unlimited|unbound|
 /// What a model is called.
 const MODEL: &str = r"(?:ai|a\.i\.?|model|chatbot|assistant|language model|llm|gpt|chatgpt|bot|version|entity|persona|character|system|machine|intelligence|generator|personality|alter ego|mode)";
 
+/// An act on a text: shown, copied, transformed, described or asked after.
+const ACT_ON: &str = r"(?:reveal|print|show|repeat|output|display|tell|give|share|leak|dump|recite|list|write|spell|paste|copy|disclose|expose|translate|summari[sz]e|paraphrase|describe|quote|encode|convert|rewrite|reproduce|return|send|state|read|enumerate|render|format|include|contains?|put|see|know|reply with|respond with|what (?:is|are|was|were)|what'?s)";
+/// What a model's set-up is called after "your" ("your system prompt"):
+/// not "your message" or "your rules", which are as often the model's
+/// last answer or a shop's terms.
+const OWN_SET_UP: &str = r"(?:system prompt|system message|system instructions|developer message|developer instructions|prompt|pre-?prompt|instructions|directives|guidelines|initial message|setup(?: message| prompt| instructions)|set-up (?:message|prompt|instructions)|configuration prompt|hidden rules|secret rules)";
+/// What a model's set-up is called when the phrase around it says whose it
+/// is ("the text you were given").
+const SET_UP: &str = r"(?:system prompt|system message|system instructions|developer message|developer instructions|prompt|pre-?prompt|instructions|directives|guidelines|initial message|setup(?: message| prompt| instructions)?|set-up|configuration|programming|hidden rules|secret rules|orders|text|message|rules)";
+/// How the set-up reached the model: "(that) you were given", "your
+/// developer gave you", "(that) configures you", "you operate under".
+const GIVEN_TO_YOU: &str = r"(?:(?:that |which )?(?:you|u) (?:were|have been|'ve been|got|had been) (?:given|told|provided|fed|sent|programmed|initiali[sz]ed|configured|instructed|loaded|trained) ?(?:with|by|at|before|for|in)?|(?:that |which )?(?:was|were|has been|have been|had been) (?:given|sent|passed|provided|fed|shown|loaded) to (?:you|u)|(?:that |which )?(?:you|u) (?:received|receive|got|follow|are following|obey|operate under|work under|run under|run on|act under|see (?:above|before|at the top))|(?:that |which )?(?:your|the) (?:developers?|creators?|operators?|admins?|administrators?|owners?|programmers?|company|makers?|system) (?:gave|give|has given|have given|wrote|set|sent|provided|fed) (?:you|u)|(?:that |which )(?:configures?|defines?|governs?|controls?|shapes?|initiali[sz]es?|sets? up|programs?|instructs?|describes?) (?:you|u|your (?:persona|behaviou?r|role|personality|character)))";
+
 /// (family, strength, pattern over folded text).
 fn patterns() -> Vec<(Family, f64, String)> {
     let mut p: Vec<(Family, f64, String)> = vec![
@@ -140,7 +154,7 @@ fn patterns() -> Vec<(Family, f64, String)> {
         // System-prompt exfiltration.
         (PromptExfiltration, 0.6, r"(?-u:\b)(?:reveal|print|show|repeat|output|display|tell me|give me|share|leak|dump|recite|list|write out|spell out|paste|copy|disclose|expose|what (?:is|are|was|were))(?-u:\b)[^.]{0,25}(?-u:\b)(?:your|the above|all of your|the hidden|the secret)(?-u:\b)[^.]{0,15}(?-u:\b)(?:system (?:prompt|message|instructions)|(?:initial|hidden|original|secret|internal|confidential|developer|first|full|complete|exact) (?:prompt|instructions|message|configuration|directives)|pre-?prompt|instructions you were given|rules you were given)".into()),
         (PromptExfiltration, 0.3, r"(?-u:\b)(?:reveal|leak|dump|disclose|expose)(?-u:\b)[^.]{0,25}(?-u:\b)(?:system prompt|system message|prompt|instructions|configuration)(?-u:\b)".into()),
-        (PromptExfiltration, 0.5, r"(?-u:\b)(?:repeat|print|output|copy|echo|write|recite)(?-u:\b)[^.]{0,30}(?-u:\b)(?:words|text|everything|all|messages?|lines?)(?-u:\b)[^.]{0,30}(?-u:\b)(?:above|before this|previous|prior|initial|preceding|so far)(?-u:\b)".into()),
+        (PromptExfiltration, 0.5, r"(?-u:\b)(?:repeat|print|output|copy|echo|write|recite)(?-u:\b)[^.]{0,30}(?-u:\b)(?:words|text|everything|all|messages?|lines?)(?-u:\b)[^.]{0,30}(?-u:\b)(?:above|before this|before (?:my|the) (?:first )?(?:message|question|prompt|user (?:turn|message))|previous|prior|initial|preceding|so far)(?-u:\b)".into()),
         (PromptExfiltration, 0.4, r#"(?-u:\b)(?:beginning|starting|begins|starts) (?:with|from) ["']?you are(?-u:\b)"#.into()),
         // Any handling of the model's own set-up: an act on it (shown,
         // copied, transformed, described, asked after) and the set-up named
@@ -148,7 +162,20 @@ fn patterns() -> Vec<(Family, f64, String)> {
         // the verb. Then the start of the conversation asked for by position,
         // weaker: it may be the user's own first message ("repeat what I
         // said at the start of this chat").
-        (PromptExfiltration, 0.5, r"(?-u:\b)(?:reveal|print|show|repeat|output|display|tell|give|share|leak|dump|recite|list|write|spell|paste|copy|disclose|expose|translate|summari[sz]e|paraphrase|describe|quote|encode|convert|rewrite|reproduce|return|send|state|read|enumerate|render|format|include|contains?|put|what (?:is|are|was|were)|what'?s)(?-u:\b)[^.?!\n]{0,40}(?-u:\b)your (?:(?:\w+ ){0,2})(?:system prompt|system message|prompt|pre-?prompt|instructions|directives|guidelines|initial message|hidden rules|secret rules)(?-u:\b)".into()),
+        (PromptExfiltration, 0.5, format!(r"(?-u:\b){ACT_ON}(?-u:\b)[^.?!\n]{{0,40}}(?-u:\b)(?:your (?:\w+ ){{0,2}}{OWN_SET_UP}|the (?:hidden|secret|confidential|internal|full|entire|complete|exact|original|initial|first) (?:\w+ )?(?:system prompt|system message|system instructions|developer message|developer instructions|pre-?prompt)|the (?:hidden|secret|confidential|internal) (?:\w+ )?(?:prompt|instructions|rules|directives|guidelines))(?-u:\b)")),
+        // The set-up named by how it reached the model rather than by
+        // "your": "the instructions you were given", "the prompt that
+        // configures you", "what were you told", "the guidelines you operate
+        // under", under any act on it (shown, quoted, described, asked after).
+        (PromptExfiltration, 0.5, format!(r"(?-u:\b){ACT_ON}(?-u:\b)[^.?!\n]{{0,40}}(?-u:\b){SET_UP}(?-u:\b) {GIVEN_TO_YOU}")),
+        (PromptExfiltration, 0.5, format!(r"(?-u:\b)(?:what|which) (?:(?:\w+ ){{0,2}}{SET_UP} )?(?:were|have|had|did|was) (?:you|u) (?:been )?(?:told|instructed|programmed|given|fed|configured|initiali[sz]ed|set up)(?-u:\b)")),
+        (PromptExfiltration, 0.5, format!(r"(?-u:\b)(?:what|which) (?:\w+ ){{0,2}}{SET_UP} (?:are|do) (?:you|u) (?:following|follow|obeying|obey|operating under|working under|bound by)(?-u:\b)")),
+        (PromptExfiltration, 0.5, format!(r"(?-u:\b)what (?:did|does|do|has) (?:the |your )?(?:system|developers?|operators?|creators?|admins?|administrators?|owners?|programmers?|system prompt|pre-?prompt|prompt) (?:say|tell|said|told|tells|says)(?: to)? (?:you|u)(?-u:\b)|(?-u:\b)what does your (?:\w+ ){{0,2}}{SET_UP} (?:say|contain|look like|state|read)(?-u:\b)")),
+        // The set-up's text as the object, whatever the verb: "the exact
+        // wording of your setup message", "the text of your system prompt".
+        (PromptExfiltration, 0.5, format!(r"(?-u:\b)(?:text|content|contents|wording|words|transcript|copy) of (?:your (?:\w+ ){{0,2}}{OWN_SET_UP}|the (?:\w+ )?(?:system prompt|system message|system instructions|developer message|pre-?prompt))(?-u:\b)")),
+        // Asked for word for word: "your rules, exactly as written".
+        (PromptExfiltration, 0.5, format!(r"(?-u:\b)your (?:\w+ ){{0,2}}(?:{SET_UP}|rules)(?-u:\b)[^?!\n]{{0,40}}(?-u:\b)(?:verbatim|word for word|word-for-word|exactly as (?:written|given|stated|worded)|in full|character by character|letter by letter)(?-u:\b)|(?-u:\b)(?:verbatim|word for word|word-for-word)(?-u:\b)[^?!\n]{{0,30}}(?-u:\b)your (?:\w+ ){{0,2}}(?:{SET_UP}|rules)(?-u:\b)")),
         (PromptExfiltration, 0.3, r"(?-u:\b)(?:first|earliest|initial|opening|very first|top) (?:message|line|lines|sentence|words?|text|instructions?|prompt)(?-u:\b) (?:in|of|at the (?:start|top|beginning) of) (?:this|the|our|your) (?:conversation|chat|context|session|dialogue|thread)(?-u:\b)|(?-u:\b)(?:at the (?:very )?(?:top|start|beginning) of (?:this|the|our) (?:conversation|chat|context)|above my (?:first )?message|before my (?:first )?message)(?-u:\b)".into()),
         // Delimiter and role injection.
         (RoleInjection, 0.6, r"<\|(?:im_start|im_end|system|user|assistant|endoftext|eot_id|start_header_id|end_header_id|begin_of_text)\|>".into()),
@@ -292,6 +319,7 @@ static DETECTOR: LazyLock<Result<Detector, String>> = LazyLock::new(|| {
 impl Detector {
     fn compile(learned: &'static Model) -> Result<Self, regex::Error> {
         crate::normalize::compile()?;
+        extraction::compile()?;
         let pats = patterns();
         let set = RegexSetBuilder::new(pats.iter().map(|(_, _, p)| p))
             .size_limit(64 << 20)
@@ -328,10 +356,11 @@ impl Detector {
             0.0
         };
         let matched = self.set.matches(&n.text);
-        if !matched.matched_any() && learned_score == 0.0 {
+        let plain = &n.text[..n.decoded_from.unwrap_or(n.text.len())];
+        let concept = extraction::find(plain);
+        if !matched.matched_any() && learned_score == 0.0 && concept.is_none() {
             return Verdict::default();
         }
-        let plain = &n.text[..n.decoded_from.unwrap_or(n.text.len())];
         let asks = asks_about(plain);
         // A one-line question naming a chat-template token asks about it.
         let short_question = plain.len() <= 200 && !plain.trim().contains('\n') && plain.trim_end().ends_with('?');
@@ -340,6 +369,11 @@ impl Detector {
         if learned_score > 0.0 {
             scores[Learned.index()] = learned_score;
             spans[Learned.index()].push(n.source_span(0, plain.len()));
+        }
+        if let Some(clause) = concept {
+            let k = PromptExfiltration.index();
+            scores[k] += extraction::STRENGTH;
+            spans[k].push(n.source_span(clause.start, clause.end));
         }
         for i in matched.iter() {
             let (family, strength, re) = &self.each[i];

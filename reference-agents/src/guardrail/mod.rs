@@ -18,6 +18,7 @@
 
 pub mod audit;
 mod detector;
+mod extraction;
 mod headers;
 mod indirect;
 mod injection;
