@@ -234,6 +234,12 @@ pub(crate) fn runs<'a>(
     })
 }
 
+/// A byte of a word as the detectors read one: a letter, a digit, `'`, or
+/// any byte of a non-ASCII character.
+pub(crate) fn is_word_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'\'' || b >= 0x80
+}
+
 /// Leetspeak inside words: in a run of letters and digits that holds a
 /// letter and only leet digits (`1gn0r3`, `5y573m`), each leet character
 /// becomes the letter it stands for; numbers (`2023`, `h2o`) stay.

@@ -26,7 +26,7 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
-use crate::normalize::runs;
+use crate::normalize::{is_word_byte, runs};
 
 /// What one clause with all three concepts scores.
 pub const STRENGTH: f64 = 0.5;
@@ -35,10 +35,10 @@ pub const MAX_WORDS: usize = 24;
 
 /// A word's concepts, as bits.
 const ADDRESS: u8 = 1;
-const ASK: u8 = 4;
-const OPENER: u8 = 8;
-const MODAL: u8 = 16;
-const AUTHORED: u8 = 32;
+const ASK: u8 = 2;
+const OPENER: u8 = 4;
+const MODAL: u8 = 8;
+const AUTHORED: u8 = 16;
 
 /// The concepts of one word (a `match` on byte strings compiles to a
 /// decision on length and bytes, not a scan of word lists).
@@ -78,10 +78,6 @@ static SET_UP: LazyLock<Result<Regex, regex::Error>> = LazyLock::new(|| {
 /// Compiles the set-up pattern now (see [`compile_patterns`](super::compile_patterns)).
 pub fn compile() -> Result<(), regex::Error> {
     SET_UP.as_ref().map(|_| ()).map_err(Clone::clone)
-}
-
-fn is_word_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b == b'\'' || b >= 0x80
 }
 
 fn is_clause_byte(b: u8) -> bool {
@@ -130,19 +126,15 @@ fn is_request(bytes: &[u8], clause: Range<usize>) -> bool {
         if prev == b"i" && c & AUTHORED != 0 {
             return false;
         }
+        // The "you" of "can you" only makes the request polite.
+        let polite = after_modal && c & ADDRESS != 0;
+        after_modal = false;
         if opening && c & OPENER == 0 {
             imperative = c & (ASK | MODAL) != 0;
             opening = false;
             after_modal = c & MODAL != 0;
-        } else if after_modal {
-            // The "you" of "can you" only makes the request polite.
-            after_modal = false;
-            if c & ADDRESS != 0 {
-                prev = w;
-                continue;
-            }
         }
-        address |= c & ADDRESS != 0;
+        address |= c & ADDRESS != 0 && !polite;
         ask |= c & ASK != 0;
         prev = w;
     }

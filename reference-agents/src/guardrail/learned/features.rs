@@ -12,7 +12,7 @@
 //! functions. Only the first [`MAX_BYTES`] bytes of the folded text count,
 //! which bounds the cost per text.
 
-use crate::normalize::runs;
+use crate::normalize::{is_word_byte, runs};
 
 /// log2 of the number of weights.
 pub const BUCKET_BITS: u32 = 17;
@@ -41,10 +41,6 @@ fn fnv(mut h: u64, bytes: &[u8]) -> u64 {
 /// a multiplication by 2^64 / φ).
 fn bucket(h: u64, seed: u64) -> u32 {
     ((h ^ seed.wrapping_mul(0x9e37_79b9_7f4a_7c15)).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - BUCKET_BITS)) as u32
-}
-
-fn is_word_byte(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b == b'\'' || b >= 0x80
 }
 
 /// Calls `each` with the bucket of every feature of `folded` (with
