@@ -94,7 +94,9 @@ const UNBOUND: &str = r"(?:unrestricted|unfiltered|uncensored|unlimited|unbound|
 const MODEL: &str = r"(?:ai|a\.i\.?|model|chatbot|assistant|language model|llm|gpt|chatgpt|bot|version|entity|persona|character|system|machine|intelligence|generator|personality|alter ego|mode)";
 
 /// An act on a text: shown, copied, transformed, described or asked after.
-const ACT_ON: &str = r"(?:reveal|print|show|repeat|output|display|tell|give|share|leak|dump|recite|list|write|spell|paste|copy|disclose|expose|translate|summari[sz]e|paraphrase|describe|quote|encode|convert|rewrite|reproduce|return|send|state|read|enumerate|render|format|include|contains?|put|see|know|reply with|respond with|what (?:is|are|was|were)|what'?s)";
+/// Seeing and knowing count only when wanted ("let me see", "I want to
+/// know"): "I know your instructions say X" is a statement, not a request.
+const ACT_ON: &str = r"(?:reveal|print|show|repeat|output|display|tell|give|share|leak|dump|recite|list|write|spell|paste|copy|disclose|expose|translate|summari[sz]e|paraphrase|describe|quote|encode|convert|rewrite|reproduce|return|send|state|read|enumerate|render|format|include|contains?|put|(?:let me|let us|let's|want to|wanna|like to|need to|have to|get to|allowed to) (?:see|know|view)|reply with|respond with|what (?:is|are|was|were)|what'?s)";
 /// What a model's set-up is called after "your" ("your system prompt"):
 /// not "your message" or "your rules", which are as often the model's
 /// last answer or a shop's terms.
