@@ -41,7 +41,7 @@ fn the_learned_detector_holds_its_figures_on_every_source() {
     let test: Vec<&Row> = rows.iter().filter(|r| r.split == "test").collect();
     let table = score("test split", &test, Model::shipped().expect("model.bin loads"), None);
     // Reported (both, as shipped): extraction 60.7%, injection 64.7%,
-    // jailbreaks 94.6%; rules only: 25.6%, 19.1%, 89.5%.
+    // jailbreaks 94.6%; rules only: 25.6%, 19.1%, 89.2%.
     for (kind, at_least) in [("extraction", 60.6), ("injection", 64.6), ("jailbreak", 94.5)] {
         let key = format!("all attacks: {kind}");
         let (both, rules) = (table.get(&key, "attack", "both"), table.get(&key, "attack", "rules"));
