@@ -7,6 +7,10 @@
 # (streams_long - streams_short), which removes start-up, discovery and
 # shutdown. The target's kernel-mode time (syscalls, wake-ups) is not
 # counted: this is the code's own cost, the part the kernel controls.
+# The target runs on one CPU (taskset -c 0), as in hop.sh and run.sh: the
+# runtime a process builds depends on the CPUs it may use (one CPU: a
+# current-thread runtime, see net/src/runtime.rs), so an unpinned target
+# would count a multi-thread runtime the measured set-ups never run.
 #
 # Scenario A1 counts the other side of K1's calls: the no-op agent
 # (policy-test-agent, agent-a) under callgrind, the kernel native; per K1
@@ -137,7 +141,7 @@ measure() {
   local label=$1 secs=$2 run target
   run=$(mktemp -d "$OUT/$label.XXXX")
   if [ "$label" = F ]; then
-    valgrind --tool=callgrind --callgrind-out-file="$run/cg.out" "$BIN/pk-floor" --socket "$run/kernel.sock" \
+    taskset -c 0 valgrind --tool=callgrind --callgrind-out-file="$run/cg.out" "$BIN/pk-floor" --socket "$run/kernel.sock" \
       >"$run/target.log" 2>&1 &
     target=$!
     PIDS+=("$target")
@@ -146,13 +150,13 @@ measure() {
     # All three agents under callgrind (agent-a is the one K1 calls), the
     # kernel native.
     local first=${#PIDS[@]}
-    start_stack "$run" 60 valgrind --tool=callgrind --callgrind-out-file="$run/agent.%p.cg"
+    start_stack "$run" 60 taskset -c 0 valgrind --tool=callgrind --callgrind-out-file="$run/agent.%p.cg"
     target=${PIDS[$first]}
   elif [ "$label" = A1x ]; then
     # example-agent under callgrind, the kernel native.
     sed "s#@RUN@#$run#g" "$ROOT/benches/configs/kernel.yaml" >"$run/kernel.yaml"
     spawn_agents "$run" "$BIN/policy-test-agent"
-    with_example_agent "$run" valgrind --tool=callgrind --callgrind-out-file="$run/cg.out"
+    with_example_agent "$run" taskset -c 0 valgrind --tool=callgrind --callgrind-out-file="$run/cg.out"
     target=${PIDS[${#PIDS[@]} - 1]}
     "$KERNEL" --config="$run/kernel.yaml" >"$run/kernel.log" 2>&1 &
     PIDS+=($!)
@@ -161,7 +165,7 @@ measure() {
     sed "s#@RUN@#$run#g" "$ROOT/benches/configs/kernel.yaml" >"$run/kernel.yaml"
     spawn_agents "$run" "$BIN/policy-test-agent"
     [ "$label" = K1x ] && with_example_agent "$run"
-    valgrind --tool=callgrind --callgrind-out-file="$run/cg.out" "$KERNEL" --config="$run/kernel.yaml" \
+    taskset -c 0 valgrind --tool=callgrind --callgrind-out-file="$run/cg.out" "$KERNEL" --config="$run/kernel.yaml" \
       >"$run/target.log" 2>&1 &
     target=$!
     PIDS+=("$target")

@@ -10,9 +10,13 @@ use support::stack::AgentSpec;
 use support::*;
 
 /// `example-agent`, logging at debug (its cancellations), health checked
-/// `health_ms` apart, with `extra` lines in its entry.
+/// `health_ms` apart, with `extra` lines in its entry. On one thread, as on
+/// one CPU: there it answers a call that ends at once in its stream's read
+/// loop and hands a call that waits to a task of its own, and these tests
+/// hold that a waiting call still holds back no other and is cancelled.
+/// (The other tests' agents run on every CPU: a task per call.)
 fn example_agent(health_ms: u64, extra: &str) -> AgentSpec {
-    AgentSpec::bin("example", "example-agent", &[])
+    AgentSpec::bin("example", "example-agent", &["--worker-threads", "1"])
         .env("RUST_LOG", "policy_agents=debug")
         .entry(&format!("      health_check_interval_ms: {health_ms}\n{extra}"))
 }

@@ -2,11 +2,11 @@
 //! execution calls, unary or on the call stream ([`crate::call_stream`]),
 //! to the runner, counting them so that a drain can wait for them.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tonic::{Request, Response, Status};
 use tracing::Instrument;
@@ -17,16 +17,23 @@ use crate::registry::Registry;
 use crate::runner;
 
 /// Serving state shared by the service and the server loop.
+///
+/// Calls are counted with an atomic: entering and leaving a call is on every
+/// call's path, and costs two atomic operations (a `watch` channel cost two
+/// locks and a wake-up of its waiters per call). Leaving wakes the drain
+/// only when it is the last call and the agent is draining.
 pub(crate) struct DrainState {
     draining: AtomicBool,
-    inflight: watch::Sender<usize>,
+    inflight: AtomicUsize,
+    idle: Notify,
 }
 
 impl DrainState {
     pub(crate) fn new() -> Self {
         DrainState {
             draining: AtomicBool::new(false),
-            inflight: watch::Sender::new(0),
+            inflight: AtomicUsize::new(0),
+            idle: Notify::new(),
         }
     }
 
@@ -40,15 +47,23 @@ impl DrainState {
     }
 
     pub(crate) fn enter(&self) -> InflightGuard<'_> {
-        self.inflight.send_modify(|n| *n += 1);
+        self.inflight.fetch_add(1, Ordering::SeqCst);
         InflightGuard(self)
     }
 
-    /// Resolves when no execution call is in flight.
+    /// Resolves when no execution call is in flight. Called after
+    /// [`start_draining`](Self::start_draining): a call that ends before
+    /// that is seen by the count, one that ends after it wakes this.
     pub(crate) async fn wait_idle(&self) {
-        let mut rx = self.inflight.subscribe();
-        // The sender lives in `self`, so `wait_for` cannot fail while we borrow it.
-        let _ = rx.wait_for(|n| *n == 0).await;
+        loop {
+            let notified = self.idle.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.inflight.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            notified.await;
+        }
     }
 }
 
@@ -57,7 +72,10 @@ pub(crate) struct InflightGuard<'a>(&'a DrainState);
 
 impl Drop for InflightGuard<'_> {
     fn drop(&mut self) {
-        self.0.inflight.send_modify(|n| *n = n.saturating_sub(1));
+        let left = self.0.inflight.fetch_sub(1, Ordering::SeqCst) - 1;
+        if left == 0 && self.0.is_draining() {
+            self.0.idle.notify_waiters();
+        }
     }
 }
 
@@ -183,5 +201,41 @@ impl proto::policy_agent_server::PolicyAgent for AgentService {
             status: status as i32,
             message: message.to_string(),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_idle_agent_drains_at_once() {
+        let drain = DrainState::new();
+        drop(drain.enter());
+        drain.start_draining();
+        tokio::time::timeout(Duration::from_secs(1), drain.wait_idle())
+            .await
+            .expect("no call in flight");
+    }
+
+    #[tokio::test]
+    async fn a_drain_waits_for_every_call_in_flight() {
+        let drain = Arc::new(DrainState::new());
+        let first = drain.enter();
+        let second = drain.enter();
+        drain.start_draining();
+        let waiting = {
+            let drain = Arc::clone(&drain);
+            tokio::spawn(async move { drain.wait_idle().await })
+        };
+        tokio::task::yield_now().await;
+        drop(first);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!waiting.is_finished(), "the drain ended with a call in flight");
+        drop(second);
+        tokio::time::timeout(Duration::from_secs(1), waiting)
+            .await
+            .expect("the last call's end wakes the drain")
+            .expect("drain task");
     }
 }
