@@ -33,6 +33,12 @@
 # the requests; "ext_proc" is the server plus its agent; ratios are to F of
 # the same round, the table shows their medians.
 #
+# PK_HOP_CALLGRIND=1 runs the ext_proc server and the agent under valgrind's
+# callgrind instead (still pinned), zeroes their counters after the warm-up
+# and adds their instructions per request over the measured requests to
+# each JSON line (server_ir, agent_ir): the hop's own traffic, counted
+# without the machine's noise. Use a small PK_HOP_REQUESTS (2000).
+#
 # Usage: bash benches/hop.sh [BIN_DIR]   (default target/release; make bench
 #        runs it; PK_HOP_REQUESTS, PK_HOP_ROUNDS, PK_HOP_SCENARIOS override,
 #        PK_HOP_STREAMS sets h2load's streams per connection (default 1),
@@ -60,6 +66,18 @@ for need in "$ENVOY" "$BIN/policy-kernel" "$BIN/example-agent" "$BIN/pk-floor"; 
   [ -x "$need" ] || { echo "hop.sh: $need missing (make setup; cargo build --release --workspace)" >&2; exit 1; }
 done
 command -v h2load >/dev/null || { echo "hop.sh: h2load missing (apt-get install nghttp2-client)" >&2; exit 1; }
+CG=()
+if [ -n "${PK_HOP_CALLGRIND:-}" ]; then
+  command -v callgrind_control >/dev/null || { echo "hop.sh: valgrind missing (apt-get install valgrind)" >&2; exit 1; }
+fi
+# cg NAME: the command prefix that runs NAME under callgrind when asked
+cg() { [ -n "${PK_HOP_CALLGRIND:-}" ] && echo "valgrind --tool=callgrind --callgrind-out-file=$RUN/cg-$1.%p"; true; }
+# cg_total PID: instructions in PID's latest callgrind dump (0 when none)
+cg_total() {
+  local f
+  f=$(ls -t "$RUN"/cg-*."$1".[0-9]* 2>/dev/null | head -1)
+  [ -n "$f" ] && sed -n 's/^summary: //p' "$f" || echo 0
+}
 
 cpu_us() { local s; s=$(cat "/proc/$1/stat") || return 1; s=${s##*) }; set -- $s; echo $(( (${12} + ${13}) * (1000000 / CLK_TCK) )); }
 start() { # start NAME CMD...: on core SUT_CPU, logs in RUN, pid in LAST_PID
@@ -128,18 +146,18 @@ stack() {
   SERVER_PID="" AGENT_PID=""
   case $1 in
     E0) start_envoy without ;;
-    F) start floor "$BIN/pk-floor" --socket "$RUN/kernel.sock" --messages 2; SERVER_PID=$LAST_PID
+    F) start floor $(cg F) "$BIN/pk-floor" --socket "$RUN/kernel.sock" --messages 2; SERVER_PID=$LAST_PID
        wait_for 20 test -S "$RUN/kernel.sock"; start_envoy with ;;
-    Ft) start floor "$BIN/pk-floor" --port "$KPORT" --messages 2; SERVER_PID=$LAST_PID
+    Ft) start floor $(cg Ft) "$BIN/pk-floor" --port "$KPORT" --messages 2; SERVER_PID=$LAST_PID
        wait_for 20 bash -c "exec 3<>/dev/tcp/127.0.0.1/$KPORT"; start_envoy tcp ;;
     K0|K1|K1u|K1q|K1py|K1c|K1h|K0t|K1t)
-      start example "$BIN/example-agent" --socket "$RUN/example.sock"; EXAMPLE_PID=$LAST_PID
+      start example $(cg "agent-$1") "$BIN/example-agent" --socket "$RUN/example.sock"; EXAMPLE_PID=$LAST_PID
       start python "$PY" "$ROOT/agents/examples/python/agent.py" --socket "$RUN/python.sock"; PYTHON_PID=$LAST_PID
       wait_for 30 test -S "$RUN/example.sock"; wait_for 60 test -S "$RUN/python.sock"
       local config="$RUN/kernel.yaml"
       [ "$1" = K1q ] && config="$RUN/kernel-quiet.yaml"
       case $1 in K0t|K1t) config="$RUN/kernel-tcp.yaml" ;; esac
-      start kernel "$BIN/policy-kernel" --config "$config"; SERVER_PID=$LAST_PID
+      start kernel $(cg "$1") "$BIN/policy-kernel" --config "$config"; SERVER_PID=$LAST_PID
       wait_for 30 test -S "$RUN/kernel.sock"
       case $1 in K0t|K1t) start_envoy tcp ;; *) start_envoy with ;; esac
       case $1 in K1|K1u|K1q|K1c|K1h|K1t) AGENT_PID=$EXAMPLE_PID ;; esac
@@ -190,19 +208,29 @@ measure() {
   local e0 s0 a0 e1 s1 a1 out="$RUN/h2load-$1-$2.txt"
   SC=$1
   load $((N / 10)) "$RUN/warm.txt" "w$2"
+  local p sir=0 air=0
+  if [ -n "${PK_HOP_CALLGRIND:-}" ]; then
+    for p in $SERVER_PID $AGENT_PID; do callgrind_control -z "$p" >/dev/null; done
+  fi
   e0=$(cpu_us "$ENVOY_PID"); s0=${SERVER_PID:+$(cpu_us "$SERVER_PID")}; a0=${AGENT_PID:+$(cpu_us "$AGENT_PID")}
   load "$N" "$out" "$2"
   e1=$(cpu_us "$ENVOY_PID"); s1=${SERVER_PID:+$(cpu_us "$SERVER_PID")}; a1=${AGENT_PID:+$(cpu_us "$AGENT_PID")}
-  python3 - "$1" "$2" "$N" "$out" "$e0" "$e1" "${s0:-0}" "${s1:-0}" "${a0:-0}" "${a1:-0}" <<'PY'
+  if [ -n "${PK_HOP_CALLGRIND:-}" ]; then
+    for p in $SERVER_PID $AGENT_PID; do callgrind_control -d "$p" >/dev/null; done
+    [ -n "$SERVER_PID" ] && sir=$(cg_total "$SERVER_PID")
+    [ -n "$AGENT_PID" ] && air=$(cg_total "$AGENT_PID")
+  fi
+  python3 - "$1" "$2" "$N" "$out" "$e0" "$e1" "${s0:-0}" "${s1:-0}" "${a0:-0}" "${a1:-0}" "$sir" "$air" <<'PY'
 import json, re, sys
-sc, rnd, n, out, e0, e1, s0, s1, a0, a1 = sys.argv[1:]
+sc, rnd, n, out, e0, e1, s0, s1, a0, a1, sir, air = sys.argv[1:]
 n = int(n); text = open(out).read()
 rps = re.search(r"finished in [\d.]+m?s, ([\d.]+) req/s", text)
 ok = re.search(r"requests: \d+ total, \d+ started, \d+ done, (\d+) succeeded, (\d+) failed", text)
 codes = re.search(r"status codes: (\d+) 2xx", text)
 print(json.dumps({"scenario": sc, "round": int(rnd), "rps": float(rps.group(1)) if rps else 0.0,
   "ok": int(codes.group(1)) if codes else 0, "failed": int(ok.group(2)) if ok else n,
-  "envoy_us": (int(e1) - int(e0)) / n, "server_us": (int(s1) - int(s0)) / n, "agent_us": (int(a1) - int(a0)) / n}))
+  "envoy_us": (int(e1) - int(e0)) / n, "server_us": (int(s1) - int(s0)) / n, "agent_us": (int(a1) - int(a0)) / n,
+  **({"server_ir": int(sir) // n, "agent_ir": int(air) // n} if int(sir) or int(air) else {})}))
 PY
 }
 
@@ -238,4 +266,19 @@ for sc, rs in by.items():
     cr = f"{med(cpu_ratio):.2f}x" if cpu_ratio and sc not in ("E0",) else "-"
     rr = f"{med(rps_ratio):.2f}" if rps_ratio else "-"
     print(f"| {sc} | {med([r['rps'] for r in rs]):,.0f} | {med([r['envoy_us'] for r in rs]):.1f} | {med([r['server_us'] for r in rs]):.1f} | {med([r['agent_us'] for r in rs]):.1f} | {med([r['ext_us'] for r in rs]):.1f} | {cr} | {rr} | {bad} |")
+if any("server_ir" in r for r in rows):
+    print()
+    print("Instructions per request under callgrind (PK_HOP_CALLGRIND), medians; ratios to F of the same round")
+    print()
+    print("| scenario | server | agent | server + agent | / F |")
+    print("|---|---:|---:|---:|---:|")
+    for sc, rs in by.items():
+        rs = [r for r in rs if "server_ir" in r]
+        if not rs:
+            continue
+        floor = floors["Ft" if sc.endswith("t") else "F"]
+        tot = lambda r: r["server_ir"] + r["agent_ir"]
+        ratio = [tot(r) / tot(floor[r["round"]]) for r in rs if "server_ir" in floor.get(r["round"], {}) and tot(floor[r["round"]]) > 0]
+        x = f"{med(ratio):.2f}" if ratio else "-"
+        print(f"| {sc} | {med([r['server_ir'] for r in rs]):,.0f} | {med([r['agent_ir'] for r in rs]):,.0f} | {med([tot(r) for r in rs]):,.0f} | {x} |")
 PY
