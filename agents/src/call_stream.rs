@@ -10,16 +10,21 @@
 //! other thread could run a task meanwhile, so this holds back nothing a
 //! task would not.
 //!
+//! A policy that panics fails its call with INTERNAL at once, and the
+//! stream and its other calls go on.
+//!
 //! A cancellation frame aborts its call's task; so does the end of the
 //! stream (the kernel went away) for every call still running. A call's
 //! `deadline_ms` bounds it as the gRPC deadline bounds a unary call: past
 //! it, the call is dropped and answered DEADLINE_EXCEEDED.
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use futures::Stream;
+use futures::{FutureExt, Stream};
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 use tonic::{Code, Status, Streaming};
@@ -31,6 +36,9 @@ use crate::service::Shared;
 
 /// The reply stream handed to tonic.
 pub(crate) type ReplyStream = Pin<Box<dyn Stream<Item = Result<proto::ReplyFrame, Status>> + Send>>;
+
+/// Where a call's reply goes.
+type Replies = mpsc::UnboundedSender<Result<proto::ReplyFrame, Status>>;
 
 /// Calls in flight tracked before finished ones are pruned.
 const PRUNE_AT: usize = 256;
@@ -76,18 +84,21 @@ pub(crate) fn serve(shared: Arc<Shared>, mut inbound: Streaming<proto::CallFrame
                 frame.tracestate,
                 tx.clone(),
             );
-            let task = if one_thread {
+            let mut work = Box::pin(work);
+            if one_thread {
                 // Nothing runs beside this task: a call that finishes at
                 // once (most do) is answered here, without a task of its
                 // own; one that waits goes on waiting in a task.
-                let mut work = Box::pin(work);
-                if futures::poll!(work.as_mut()).is_ready() {
-                    continue;
+                match first_poll(work.as_mut()).await {
+                    Ok(true) => continue,
+                    Ok(false) => {}
+                    Err(()) => {
+                        panicked(id, &tx);
+                        continue;
+                    }
                 }
-                tokio::spawn(work)
-            } else {
-                tokio::spawn(work)
-            };
+            }
+            let task = tokio::spawn(contained(work, id, tx.clone()));
             running.insert(id, task.abort_handle());
         }
         // The kernel is gone (or closed the stream): nobody waits for these.
@@ -101,6 +112,35 @@ pub(crate) fn serve(shared: Arc<Shared>, mut inbound: Streaming<proto::CallFrame
         }
     });
     Box::pin(tokio_stream::wrappers::UnboundedReceiverStream::new(rx))
+}
+
+/// Runs a call's `work` as a task; a panic fails the call (see [`panicked`]).
+async fn contained(work: Pin<Box<impl Future<Output = ()> + Send>>, id: u64, tx: Replies) {
+    if AssertUnwindSafe(work).catch_unwind().await.is_err() {
+        panicked(id, &tx);
+    }
+}
+
+/// Answers call `id`, whose policy panicked, with INTERNAL: the kernel
+/// learns at once (not at the call's deadline), and the stream and its other
+/// calls go on.
+fn panicked(id: u64, tx: &Replies) {
+    tracing::error!(call_id = id, "a policy panicked; its call fails");
+    let _ = tx.send(Ok(error_frame(id, Code::Internal, "the policy panicked")));
+}
+
+/// Polls `work` once: whether it finished, or `Err` when it panicked (the
+/// panic stays in this call).
+async fn first_poll(work: Pin<&mut (dyn Future<Output = ()> + Send)>) -> Result<bool, ()> {
+    let mut work = Some(work);
+    std::future::poll_fn(|cx| {
+        let polled = match work.take() {
+            Some(w) => std::panic::catch_unwind(AssertUnwindSafe(|| w.poll(cx).is_ready())).map_err(|_| ()),
+            None => Ok(false),
+        };
+        std::task::Poll::Ready(polled)
+    })
+    .await
 }
 
 fn error_frame(id: u64, code: Code, message: &str) -> proto::ReplyFrame {
@@ -118,14 +158,7 @@ fn non_empty(s: String) -> Option<String> {
 }
 
 /// Runs one call and sends its reply (none when it was aborted).
-async fn run(
-    shared: Arc<Shared>,
-    id: u64,
-    call: Call,
-    traceparent: String,
-    tracestate: String,
-    tx: mpsc::UnboundedSender<Result<proto::ReplyFrame, Status>>,
-) {
+async fn run(shared: Arc<Shared>, id: u64, call: Call, traceparent: String, tracestate: String, tx: Replies) {
     let _guard = shared.drain.enter();
     let (request_id, deadline_ms, phase) = match &call {
         Call::Request(c) => (c.request_id.clone(), c.deadline_ms, Phase::Request),

@@ -17,7 +17,7 @@ use tonic::transport::Channel;
 pub mod redis_server;
 
 /// A policy whose behaviour comes from its params:
-/// `action` = ok | fail | fail_deny | deny | skip | bad_header,
+/// `action` = ok | fail | fail_deny | deny | skip | bad_header | panic,
 /// `header` = value of `x-<name>`, `read` = metadata key echoed in `x-read-<name>`,
 /// `set` = `key=value` metadata to set, `sleep_ms`.
 pub struct Probe(pub &'static str);
@@ -52,6 +52,7 @@ impl Policy for Probe {
                     .deny_reason("test"))
             }
             "bad_header" => return Ok(RequestOutcome::proceed().set_header("x-bad", "a\r\nb")),
+            "panic" => panic!("the probe policy panicked, as asked"),
             "skip" => RequestOutcome::proceed().skip_remaining("enough"),
             _ => RequestOutcome::proceed(),
         };

@@ -1,0 +1,110 @@
+//! The SDK's side of the call stream (`rpc Calls`), served in-process on a
+//! current-thread runtime (`#[tokio::test]`), as an agent on one CPU runs:
+//! there a call that ends at once is answered where its frame is read, and
+//! a call that waits goes on as a task.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use policy_agents::proto::{self, call_frame::Call, reply_frame::Reply};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+
+/// A request call of `id` running the probe policy `first` with `params`.
+fn frame(id: u64, params: &[(&str, &str)]) -> proto::CallFrame {
+    proto::CallFrame {
+        id,
+        call: Some(Call::Request(request_call(
+            &format!("r{id}"),
+            vec![policy("first", params, "")],
+        ))),
+        ..Default::default()
+    }
+}
+
+/// Opens the call stream; frames sent on the returned sender go out.
+async fn open(agent: &TestAgent) -> (mpsc::Sender<proto::CallFrame>, tonic::Streaming<proto::ReplyFrame>) {
+    let (tx, rx) = mpsc::channel(8);
+    let replies = agent
+        .client()
+        .await
+        .calls(ReceiverStream::new(rx))
+        .await
+        .expect("call stream")
+        .into_inner();
+    (tx, replies)
+}
+
+async fn next(replies: &mut tonic::Streaming<proto::ReplyFrame>) -> proto::ReplyFrame {
+    tokio::time::timeout(Duration::from_secs(5), replies.message())
+        .await
+        .expect("a reply within 5 s")
+        .expect("the stream goes on")
+        .expect("a reply, not the stream's end")
+}
+
+#[tokio::test]
+async fn a_call_that_waits_holds_back_no_call_after_it() {
+    let agent = TestAgent::start(probe_agent()).await;
+    let (tx, mut replies) = open(&agent).await;
+    tx.send(frame(1, &[("sleep_ms", "300")])).await.unwrap();
+    tx.send(frame(2, &[])).await.unwrap();
+    let first = next(&mut replies).await;
+    assert_eq!(first.id, 2, "the call that ends at once is answered first");
+    let second = next(&mut replies).await;
+    assert_eq!(second.id, 1);
+    for reply in [first, second] {
+        let Some(Reply::Request(r)) = reply.reply else {
+            panic!("call {} was not answered: {:?}", reply.id, reply.reply);
+        };
+        assert_eq!(set_headers(&r), vec![("x-first".to_string(), "first".to_string())]);
+    }
+}
+
+#[tokio::test]
+async fn a_panicking_policy_fails_its_call_and_not_the_stream() {
+    let agent = TestAgent::start(probe_agent()).await;
+    let (tx, mut replies) = open(&agent).await;
+    tx.send(frame(1, &[("action", "panic")])).await.unwrap();
+    tx.send(frame(2, &[])).await.unwrap();
+    let failed = next(&mut replies).await;
+    assert_eq!(failed.id, 1);
+    let Some(Reply::Error(status)) = failed.reply else {
+        panic!("the panicking call was answered: {:?}", failed.reply);
+    };
+    assert_eq!(status.code, tonic::Code::Internal as i32, "{}", status.message);
+    let ok = next(&mut replies).await;
+    assert_eq!(ok.id, 2);
+    assert!(matches!(ok.reply, Some(Reply::Request(_))), "{:?}", ok.reply);
+    // One that panics after it waited panics in its task: the same.
+    tx.send(frame(3, &[("sleep_ms", "20"), ("action", "panic")]))
+        .await
+        .unwrap();
+    let late = next(&mut replies).await;
+    assert_eq!(late.id, 3);
+    assert!(
+        matches!(&late.reply, Some(Reply::Error(s)) if s.code == tonic::Code::Internal as i32),
+        "{:?}",
+        late.reply
+    );
+}
+
+/// On more threads every call is a task of its own; a panic there fails its
+/// call too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_policy_fails_its_call_on_more_threads_too() {
+    let agent = TestAgent::start(probe_agent()).await;
+    let (tx, mut replies) = open(&agent).await;
+    tx.send(frame(1, &[("action", "panic")])).await.unwrap();
+    let failed = next(&mut replies).await;
+    assert_eq!(failed.id, 1);
+    assert!(
+        matches!(&failed.reply, Some(Reply::Error(s)) if s.code == tonic::Code::Internal as i32),
+        "{:?}",
+        failed.reply
+    );
+    tx.send(frame(2, &[])).await.unwrap();
+    assert_eq!(next(&mut replies).await.id, 2);
+}
