@@ -66,7 +66,6 @@ for need in "$ENVOY" "$BIN/policy-kernel" "$BIN/example-agent" "$BIN/pk-floor"; 
   [ -x "$need" ] || { echo "hop.sh: $need missing (make setup; cargo build --release --workspace)" >&2; exit 1; }
 done
 command -v h2load >/dev/null || { echo "hop.sh: h2load missing (apt-get install nghttp2-client)" >&2; exit 1; }
-CG=()
 if [ -n "${PK_HOP_CALLGRIND:-}" ]; then
   command -v callgrind_control >/dev/null || { echo "hop.sh: valgrind missing (apt-get install valgrind)" >&2; exit 1; }
 fi

@@ -59,6 +59,8 @@ for b in "$KERNEL" "$BIN/pk-floor" "$BIN/pk-loadgen" "$BIN/pk-http" "$BIN/policy
 done
 [ $# -gt 0 ] || set -- F K0 K1 K3 A1
 OUT=$(mktemp -d "${TMPDIR:-/tmp}/pk-ir.XXXXXX")
+# The measured target, on one CPU (see above).
+CALLGRIND=(taskset -c 0 valgrind --tool=callgrind)
 trap cleanup EXIT
 
 route_of() {
@@ -141,7 +143,7 @@ measure() {
   local label=$1 secs=$2 run target
   run=$(mktemp -d "$OUT/$label.XXXX")
   if [ "$label" = F ]; then
-    taskset -c 0 valgrind --tool=callgrind --callgrind-out-file="$run/cg.out" "$BIN/pk-floor" --socket "$run/kernel.sock" \
+    "${CALLGRIND[@]}" --callgrind-out-file="$run/cg.out" "$BIN/pk-floor" --socket "$run/kernel.sock" \
       >"$run/target.log" 2>&1 &
     target=$!
     PIDS+=("$target")
@@ -150,13 +152,13 @@ measure() {
     # All three agents under callgrind (agent-a is the one K1 calls), the
     # kernel native.
     local first=${#PIDS[@]}
-    start_stack "$run" 60 taskset -c 0 valgrind --tool=callgrind --callgrind-out-file="$run/agent.%p.cg"
+    start_stack "$run" 60 "${CALLGRIND[@]}" --callgrind-out-file="$run/agent.%p.cg"
     target=${PIDS[$first]}
   elif [ "$label" = A1x ]; then
     # example-agent under callgrind, the kernel native.
     sed "s#@RUN@#$run#g" "$ROOT/benches/configs/kernel.yaml" >"$run/kernel.yaml"
     spawn_agents "$run" "$BIN/policy-test-agent"
-    with_example_agent "$run" taskset -c 0 valgrind --tool=callgrind --callgrind-out-file="$run/cg.out"
+    with_example_agent "$run" "${CALLGRIND[@]}" --callgrind-out-file="$run/cg.out"
     target=${PIDS[${#PIDS[@]} - 1]}
     "$KERNEL" --config="$run/kernel.yaml" >"$run/kernel.log" 2>&1 &
     PIDS+=($!)
@@ -165,7 +167,7 @@ measure() {
     sed "s#@RUN@#$run#g" "$ROOT/benches/configs/kernel.yaml" >"$run/kernel.yaml"
     spawn_agents "$run" "$BIN/policy-test-agent"
     [ "$label" = K1x ] && with_example_agent "$run"
-    taskset -c 0 valgrind --tool=callgrind --callgrind-out-file="$run/cg.out" "$KERNEL" --config="$run/kernel.yaml" \
+    "${CALLGRIND[@]}" --callgrind-out-file="$run/cg.out" "$KERNEL" --config="$run/kernel.yaml" \
       >"$run/target.log" 2>&1 &
     target=$!
     PIDS+=("$target")

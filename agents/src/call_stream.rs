@@ -76,29 +76,24 @@ pub(crate) fn serve(shared: Arc<Shared>, mut inbound: Streaming<proto::CallFrame
             if running.len() >= PRUNE_AT {
                 running.retain(|_, task| !task.is_finished());
             }
-            let work = run(
-                Arc::clone(&shared),
+            let work = contained(
+                run(Arc::clone(&shared), id, call, frame.traceparent, frame.tracestate),
                 id,
-                call,
-                frame.traceparent,
-                frame.tracestate,
                 tx.clone(),
             );
-            let mut work = Box::pin(work);
-            if one_thread {
+            let task = if one_thread {
                 // Nothing runs beside this task: a call that finishes at
                 // once (most do) is answered here, without a task of its
-                // own; one that waits goes on waiting in a task.
-                match first_poll(work.as_mut()).await {
-                    Ok(true) => continue,
-                    Ok(false) => {}
-                    Err(()) => {
-                        panicked(id, &tx);
-                        continue;
-                    }
+                // own; one that waits goes on waiting in a task (whose first
+                // poll registers its waker).
+                let mut work = Box::pin(work);
+                if work.as_mut().now_or_never().is_some() {
+                    continue;
                 }
-            }
-            let task = tokio::spawn(contained(work, id, tx.clone()));
+                tokio::spawn(work)
+            } else {
+                tokio::spawn(work)
+            };
             running.insert(id, task.abort_handle());
         }
         // The kernel is gone (or closed the stream): nobody waits for these.
@@ -114,33 +109,21 @@ pub(crate) fn serve(shared: Arc<Shared>, mut inbound: Streaming<proto::CallFrame
     Box::pin(tokio_stream::wrappers::UnboundedReceiverStream::new(rx))
 }
 
-/// Runs a call's `work` as a task; a panic fails the call (see [`panicked`]).
-async fn contained(work: Pin<Box<impl Future<Output = ()> + Send>>, id: u64, tx: Replies) {
-    if AssertUnwindSafe(work).catch_unwind().await.is_err() {
-        panicked(id, &tx);
+/// Runs call `id`'s `work` and sends its reply (none when it was aborted).
+/// A panic of its policy is answered INTERNAL: the kernel learns at once
+/// (not at the call's deadline), and the stream and its other calls go on.
+async fn contained(work: impl Future<Output = Option<proto::ReplyFrame>> + Send, id: u64, tx: Replies) {
+    let reply = match AssertUnwindSafe(work).catch_unwind().await {
+        Ok(reply) => reply,
+        Err(_) => {
+            tracing::error!(call_id = id, "a policy panicked; its call fails");
+            Some(error_frame(id, Code::Internal, "the policy panicked"))
+        }
+    };
+    if let Some(reply) = reply {
+        // The stream is gone when this fails: the kernel no longer waits.
+        let _ = tx.send(Ok(reply));
     }
-}
-
-/// Answers call `id`, whose policy panicked, with INTERNAL: the kernel
-/// learns at once (not at the call's deadline), and the stream and its other
-/// calls go on.
-fn panicked(id: u64, tx: &Replies) {
-    tracing::error!(call_id = id, "a policy panicked; its call fails");
-    let _ = tx.send(Ok(error_frame(id, Code::Internal, "the policy panicked")));
-}
-
-/// Polls `work` once: whether it finished, or `Err` when it panicked (the
-/// panic stays in this call).
-async fn first_poll(work: Pin<&mut (dyn Future<Output = ()> + Send)>) -> Result<bool, ()> {
-    let mut work = Some(work);
-    std::future::poll_fn(|cx| {
-        let polled = match work.take() {
-            Some(w) => std::panic::catch_unwind(AssertUnwindSafe(|| w.poll(cx).is_ready())).map_err(|_| ()),
-            None => Ok(false),
-        };
-        std::task::Poll::Ready(polled)
-    })
-    .await
 }
 
 fn error_frame(id: u64, code: Code, message: &str) -> proto::ReplyFrame {
@@ -157,14 +140,20 @@ fn non_empty(s: String) -> Option<String> {
     (!s.is_empty()).then_some(s)
 }
 
-/// Runs one call and sends its reply (none when it was aborted).
-async fn run(shared: Arc<Shared>, id: u64, call: Call, traceparent: String, tracestate: String, tx: Replies) {
+/// Runs one call; its reply (none for a cancellation, which is no call).
+async fn run(
+    shared: Arc<Shared>,
+    id: u64,
+    call: Call,
+    traceparent: String,
+    tracestate: String,
+) -> Option<proto::ReplyFrame> {
     let _guard = shared.drain.enter();
     let (request_id, deadline_ms, phase) = match &call {
         Call::Request(c) => (c.request_id.clone(), c.deadline_ms, Phase::Request),
         Call::Response(c) => (c.request_id.clone(), c.deadline_ms, Phase::Response),
         Call::Chunk(c) => (c.request_id.clone(), c.deadline_ms, Phase::Response),
-        Call::Cancel(_) => return,
+        Call::Cancel(_) => return None,
     };
     let deadline = crate::service::deadline_of(deadline_ms);
     let info = CallInfo {
@@ -200,6 +189,5 @@ async fn run(shared: Arc<Shared>, id: u64, call: Call, traceparent: String, trac
             reply: Some(work.await),
         },
     };
-    // The stream is gone when this fails: the kernel no longer waits.
-    let _ = tx.send(Ok(reply));
+    Some(reply)
 }

@@ -37,6 +37,16 @@ async fn open(agent: &TestAgent) -> (mpsc::Sender<proto::CallFrame>, tonic::Stre
     (tx, replies)
 }
 
+/// Asserts that `reply` answers call `id` with INTERNAL (its policy panicked).
+fn assert_failed_internal(reply: &proto::ReplyFrame, id: u64) {
+    assert_eq!(reply.id, id);
+    assert!(
+        matches!(&reply.reply, Some(Reply::Error(s)) if s.code == tonic::Code::Internal as i32),
+        "call {id} was not failed with INTERNAL: {:?}",
+        reply.reply
+    );
+}
+
 async fn next(replies: &mut tonic::Streaming<proto::ReplyFrame>) -> proto::ReplyFrame {
     tokio::time::timeout(Duration::from_secs(5), replies.message())
         .await
@@ -69,12 +79,7 @@ async fn a_panicking_policy_fails_its_call_and_not_the_stream() {
     let (tx, mut replies) = open(&agent).await;
     tx.send(frame(1, &[("action", "panic")])).await.unwrap();
     tx.send(frame(2, &[])).await.unwrap();
-    let failed = next(&mut replies).await;
-    assert_eq!(failed.id, 1);
-    let Some(Reply::Error(status)) = failed.reply else {
-        panic!("the panicking call was answered: {:?}", failed.reply);
-    };
-    assert_eq!(status.code, tonic::Code::Internal as i32, "{}", status.message);
+    assert_failed_internal(&next(&mut replies).await, 1);
     let ok = next(&mut replies).await;
     assert_eq!(ok.id, 2);
     assert!(matches!(ok.reply, Some(Reply::Request(_))), "{:?}", ok.reply);
@@ -82,13 +87,7 @@ async fn a_panicking_policy_fails_its_call_and_not_the_stream() {
     tx.send(frame(3, &[("sleep_ms", "20"), ("action", "panic")]))
         .await
         .unwrap();
-    let late = next(&mut replies).await;
-    assert_eq!(late.id, 3);
-    assert!(
-        matches!(&late.reply, Some(Reply::Error(s)) if s.code == tonic::Code::Internal as i32),
-        "{:?}",
-        late.reply
-    );
+    assert_failed_internal(&next(&mut replies).await, 3);
 }
 
 /// On more threads every call is a task of its own; a panic there fails its
@@ -98,13 +97,7 @@ async fn a_panicking_policy_fails_its_call_on_more_threads_too() {
     let agent = TestAgent::start(probe_agent()).await;
     let (tx, mut replies) = open(&agent).await;
     tx.send(frame(1, &[("action", "panic")])).await.unwrap();
-    let failed = next(&mut replies).await;
-    assert_eq!(failed.id, 1);
-    assert!(
-        matches!(&failed.reply, Some(Reply::Error(s)) if s.code == tonic::Code::Internal as i32),
-        "{:?}",
-        failed.reply
-    );
+    assert_failed_internal(&next(&mut replies).await, 1);
     tx.send(frame(2, &[])).await.unwrap();
     assert_eq!(next(&mut replies).await.id, 2);
 }
