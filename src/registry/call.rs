@@ -216,7 +216,14 @@ impl AgentHandle {
             this.set_deadline(ms);
             // Boxed: the gRPC call's future is several KiB; kept inline it would
             // be copied into every future that awaits it, up to the stream's.
-            match tokio::time::timeout(remaining, Box::pin(self.send(this, stream, remaining, trace))).await {
+            let send = Box::pin(self.send(this, stream, deadline, remaining, trace));
+            // The call stream bounds its calls by their deadline with one
+            // timer per stream (see mux); a unary call gets a timer of its own.
+            let outcome = match stream {
+                Some(_) => Ok(send.await),
+                None => tokio::time::timeout(remaining, send).await,
+            };
+            match outcome {
                 Err(_) => {
                     self.metrics.timeouts.inc();
                     return Err(CallError::Timeout);
@@ -255,11 +262,12 @@ impl AgentHandle {
         &self,
         call: AgentCall,
         stream: Option<&super::mux::CallStream>,
+        deadline: Instant,
         timeout: Duration,
         trace: Option<&opentelemetry::Context>,
     ) -> Result<AgentReply, tonic::Status> {
         if let Some(stream) = stream {
-            return stream.call(call, trace, &self.metrics.stream_calls).await;
+            return stream.call(call, deadline, trace, &self.metrics.stream_calls).await;
         }
         let mut grpc = self.call_client();
         match call {

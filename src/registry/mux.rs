@@ -7,8 +7,13 @@
 //! and tear-down on both sides).
 //!
 //! What holds as for unary calls:
-//! - **Deadlines** travel in the call (`deadline_ms`); the caller's timer
-//!   still bounds the wait.
+//! - **Deadlines** travel in the call (`deadline_ms`), and the kernel still
+//!   bounds the wait itself: a call with no reply by its deadline fails as
+//!   a timeout and is cancelled on the stream. One timer per stream does
+//!   this ([`expire_calls`]), armed at the earliest deadline in flight: a
+//!   timer per call cost the kernel about 3,100 instructions and a wake-up
+//!   of its runtime's driver (a system call) per call (benches/RESULTS.md,
+//!   2026-11-27).
 //! - **Cancellation**: a caller that stops waiting (Envoy reset the stream,
 //!   or the deadline passed) sends a cancel frame, and the agent aborts the
 //!   call's work.
@@ -24,7 +29,8 @@
 //! Writers share the stream's send half behind a mutex held for one
 //! `send_data` (a queue push: h2's own state is behind a mutex as well),
 //! and the table of calls in flight behind another, held for an insert or
-//! a remove; neither is held across an await.
+//! a remove (and by the timer, for a pass over the table when it fires);
+//! neither is held across an await.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -34,7 +40,8 @@ use arc_swap::ArcSwapOption;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use prost::encoding;
 use prost::Message;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, Notify};
+use tokio::time::Instant;
 
 use super::call::{AgentCall, AgentReply};
 use super::client::{Connection, TransportError};
@@ -48,11 +55,23 @@ const CALLS_PATH: &str = "/policy_kernel.agent.v1.PolicyAgent/Calls";
 
 type Waiter = oneshot::Sender<Result<AgentReply, tonic::Status>>;
 
+/// The calls in flight on one stream.
+#[derive(Default)]
+struct Pending {
+    /// Each call's waiter and deadline, by id.
+    calls: HashMap<u64, (Waiter, Instant)>,
+    /// The deadline the stream's timer is armed for; `None` while it waits
+    /// for a call. Never later than any deadline in `calls`.
+    armed: Option<Instant>,
+}
+
 /// One open call stream.
 struct Session {
     send: Mutex<h2::SendStream<Bytes>>,
-    pending: Mutex<HashMap<u64, Waiter>>,
+    pending: Mutex<Pending>,
     closed: AtomicBool,
+    /// Wakes the timer: a call with an earlier deadline, or the stream's end.
+    rearm: Notify,
 }
 
 impl Session {
@@ -60,8 +79,9 @@ impl Session {
     /// frames were sent, so their outcome is unknown.
     fn close(&self, why: &str) {
         self.closed.store(true, Ordering::Release);
+        self.rearm.notify_one();
         let waiting: Vec<Waiter> = match self.pending.lock() {
-            Ok(mut p) => p.drain().map(|(_, w)| w).collect(),
+            Ok(mut p) => p.calls.drain().map(|(_, (w, _))| w).collect(),
             Err(_) => return,
         };
         for w in waiting {
@@ -72,7 +92,7 @@ impl Session {
     }
 
     fn take(&self, id: u64) -> Option<Waiter> {
-        self.pending.lock().ok()?.remove(&id)
+        self.pending.lock().ok()?.calls.remove(&id).map(|(w, _)| w)
     }
 
     /// Queues one encoded frame. On `Err` nothing was queued.
@@ -154,35 +174,55 @@ impl CallStream {
         let (response, send) = sender.send_request(request, false).map_err(TransportError::Closed)?;
         let session = Arc::new(Session {
             send: Mutex::new(send),
-            pending: Mutex::new(HashMap::new()),
+            pending: Mutex::new(Pending::default()),
             closed: AtomicBool::new(false),
+            rearm: Notify::new(),
         });
         tokio::spawn(read_replies(Arc::clone(&session), response));
+        tokio::spawn(expire_calls(Arc::clone(&session)));
         self.session.store(Some(Arc::clone(&session)));
         Ok(session)
     }
 
-    /// Sends `call` on the stream and waits for its reply. Errors are gRPC
-    /// statuses as a unary call gives them; a frame the connection refused
-    /// carries a "not sent" [`TransportError`].
-    /// `sent` counts the call once its frame is handed to the connection.
+    /// Sends `call` on the stream and waits for its reply, until
+    /// `deadline` at most (then DEADLINE_EXCEEDED, and the call is
+    /// cancelled on the stream). Errors are gRPC statuses as a unary call
+    /// gives them; a frame the connection refused carries a "not sent"
+    /// [`TransportError`]. `sent` counts the call once its frame is handed
+    /// to the connection.
     pub async fn call(
         &self,
         call: AgentCall,
+        deadline: Instant,
         trace: Option<&opentelemetry::Context>,
         sent: &prometheus::IntCounter,
     ) -> Result<AgentReply, tonic::Status> {
-        let session = self.session().await.map_err(not_sent)?;
+        let session = match self.current() {
+            Some(s) => s,
+            // Opening the stream (connecting, perhaps) is bounded too.
+            None => tokio::time::timeout_at(deadline, self.session())
+                .await
+                .map_err(|_| deadline_passed())?
+                .map_err(not_sent)?,
+        };
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let frame = encode_frame(id, &call, trace);
         let kind = kind_of(&call);
         drop(call);
         let (tx, rx) = oneshot::channel();
-        match session.pending.lock() {
+        let earliest = match session.pending.lock() {
             Ok(mut p) => {
-                p.insert(id, tx);
+                p.calls.insert(id, (tx, deadline));
+                let earliest = p.armed.is_none_or(|at| deadline < at);
+                if earliest {
+                    p.armed = Some(deadline);
+                }
+                earliest
             }
             Err(_) => return Err(tonic::Status::internal("agent call table poisoned")),
+        };
+        if earliest {
+            session.rearm.notify_one();
         }
         if let Err(e) = session.write(frame) {
             session.take(id);
@@ -332,6 +372,60 @@ async fn read_replies(session: Arc<Session>, response: h2::client::ResponseFutur
     session.close(&why);
 }
 
+/// The stream's timer: fails each call still waiting at its deadline (the
+/// agent enforces the deadline it was sent as well; this bounds the wait
+/// when it does not) and cancels it on the stream. It sleeps until the
+/// earliest deadline in flight, or until a call with an earlier one comes;
+/// when it wakes it expires what is due and arms for the earliest left.
+/// Calls that end first cost it nothing but, at worst, a wake-up that finds
+/// nothing due. Ends with the stream.
+async fn expire_calls(session: Arc<Session>) {
+    loop {
+        let now = Instant::now();
+        let (due, next) = match session.pending.lock() {
+            Ok(mut p) => {
+                let due: Vec<(u64, Waiter)> = p
+                    .calls
+                    .extract_if(|_, (_, at)| *at <= now)
+                    .map(|(id, (w, _))| (id, w))
+                    .collect();
+                p.armed = p.calls.values().map(|(_, at)| *at).min();
+                (due, p.armed)
+            }
+            Err(_) => return,
+        };
+        let closed = session.closed.load(Ordering::Acquire);
+        for (id, waiter) in due {
+            let _ = waiter.send(Err(deadline_passed()));
+            if !closed {
+                let sent = session.write(cancel_frame(id)).is_ok();
+                tracing::debug!(
+                    call_id = id,
+                    sent,
+                    "agent call past its deadline, cancelled on the call stream"
+                );
+            }
+        }
+        if closed {
+            return;
+        }
+        match next {
+            Some(at) => {
+                tokio::select! {
+                    () = tokio::time::sleep_until(at) => {}
+                    () = session.rearm.notified() => {}
+                }
+            }
+            None => session.rearm.notified().await,
+        }
+    }
+}
+
+/// A call's end at its deadline, as a unary call's timeout gives it.
+fn deadline_passed() -> tonic::Status {
+    tonic::Status::deadline_exceeded("no reply from the agent by the call's deadline")
+}
+
 /// Hands every complete frame in `buf` to its caller.
 fn dispatch(session: &Session, buf: &mut BytesMut) -> Result<(), String> {
     while buf.len() >= 5 {
@@ -368,6 +462,119 @@ fn dispatch(session: &Session, buf: &mut BytesMut) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::MetadataExt;
+    use std::time::Duration;
+
+    fn chunk_call() -> AgentCall {
+        let context = crate::wire::chunk_context(&Default::default(), &Default::default());
+        AgentCall::Chunk(crate::wire::chunk_call(
+            std::iter::empty(),
+            &crate::wire::Chunk {
+                request_id: "r-1",
+                context: &context,
+                sequence: 0,
+                framing: 0,
+                events: &[],
+                end_of_stream: false,
+                states: &[],
+                meta: &Default::default(),
+            },
+        ))
+    }
+
+    /// An agent that opens every call stream and never answers a call; the
+    /// frames it reads go to `frames`.
+    async fn silent_agent(
+        listener: tokio::net::UnixListener,
+        frames: tokio::sync::mpsc::UnboundedSender<crate::proto::CallFrame>,
+    ) {
+        let (io, _) = listener.accept().await.expect("accept");
+        let mut conn = h2::server::handshake(io).await.expect("handshake");
+        while let Some(Ok((request, mut respond))) = conn.accept().await {
+            let open = respond.send_response(http::Response::new(()), false).expect("headers");
+            let frames = frames.clone();
+            tokio::spawn(async move {
+                let _open = open;
+                let mut body = request.into_body();
+                let mut buf = BytesMut::new();
+                while let Some(Ok(data)) = body.data().await {
+                    let _ = body.flow_control().release_capacity(data.len());
+                    buf.extend_from_slice(&data);
+                    while buf.len() >= 5 {
+                        let len = u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize;
+                        if buf.len() < 5 + len {
+                            break;
+                        }
+                        buf.advance(5);
+                        let frame = crate::proto::CallFrame::decode(buf.split_to(len).freeze()).expect("a call frame");
+                        let _ = frames.send(frame);
+                    }
+                }
+            });
+        }
+    }
+
+    /// The stream's one timer bounds every call: a call with no reply fails
+    /// with DEADLINE_EXCEEDED at its deadline, not before, and is cancelled
+    /// on the stream. A call with an earlier deadline than those in flight
+    /// re-arms the timer, and so does a call after the stream was idle.
+    #[tokio::test]
+    async fn a_call_with_no_reply_fails_at_its_deadline_and_is_cancelled() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("agent.sock");
+        let listener = tokio::net::UnixListener::bind(&path).expect("bind");
+        let (tx, mut frames) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(silent_agent(listener, tx));
+        let uid = std::fs::metadata(&path).expect("the socket").uid();
+        let (_, _, stream) =
+            super::super::client::connect_lazy(&path, "silent", policy_net::ExpectedPeer { uid, gid: None });
+        let sent = prometheus::IntCounter::new("sent", "calls sent").expect("counter");
+        let call = |deadline: Instant| {
+            let (stream, sent) = (&stream, &sent);
+            async move {
+                let result =
+                    tokio::time::timeout(Duration::from_secs(5), stream.call(chunk_call(), deadline, None, sent))
+                        .await
+                        .expect("the call ends at its deadline");
+                (result.expect_err("the agent never answers"), Instant::now())
+            }
+        };
+        let start = Instant::now();
+        let (late, early) = (start + Duration::from_millis(600), start + Duration::from_millis(150));
+        let ((late_err, late_end), (early_err, early_end)) = tokio::join!(call(late), async {
+            // Once the first call is in flight, with the timer armed for it.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            call(early).await
+        });
+        for (err, end, deadline) in [(&late_err, late_end, late), (&early_err, early_end, early)] {
+            assert_eq!(err.code(), tonic::Code::DeadlineExceeded, "{err}");
+            assert!(end >= deadline, "a call failed before its deadline");
+        }
+        assert!(early_end < late, "the earlier deadline waited for the later one");
+        // After an idle spell, a new call arms the timer again.
+        let (err, end) = call(Instant::now() + Duration::from_millis(100)).await;
+        assert_eq!(err.code(), tonic::Code::DeadlineExceeded, "{err}");
+        assert!(end < Instant::now() + Duration::from_secs(1));
+        // Three calls and three cancels reached the agent, each cancel
+        // naming a call it got.
+        let mut calls = Vec::new();
+        let mut cancels = Vec::new();
+        while calls.len() + cancels.len() < 6 {
+            let frame = tokio::time::timeout(Duration::from_secs(5), frames.recv())
+                .await
+                .expect("a frame in time")
+                .expect("the agent runs");
+            match frame.call {
+                Some(crate::proto::call_frame::Call::Cancel(_)) => cancels.push(frame.id),
+                _ => calls.push(frame.id),
+            }
+        }
+        calls.sort_unstable();
+        cancels.sort_unstable();
+        assert_eq!(calls.len(), 3);
+        assert_eq!(calls, cancels);
+        assert_eq!(sent.get(), 3);
+    }
 
     #[test]
     fn a_frame_decodes_as_the_call_frame_the_agent_reads() {
