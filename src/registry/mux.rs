@@ -465,14 +465,14 @@ mod tests {
     use std::os::unix::fs::MetadataExt;
     use std::time::Duration;
 
-    fn chunk_call() -> AgentCall {
+    fn chunk_call(sequence: u64) -> AgentCall {
         let context = crate::wire::chunk_context(&Default::default(), &Default::default());
         AgentCall::Chunk(crate::wire::chunk_call(
             std::iter::empty(),
             &crate::wire::Chunk {
                 request_id: "r-1",
                 context: &context,
-                sequence: 0,
+                sequence,
                 framing: 0,
                 events: &[],
                 end_of_stream: false,
@@ -533,7 +533,7 @@ mod tests {
             let (stream, sent) = (&stream, &sent);
             async move {
                 let result =
-                    tokio::time::timeout(Duration::from_secs(5), stream.call(chunk_call(), deadline, None, sent))
+                    tokio::time::timeout(Duration::from_secs(5), stream.call(chunk_call(0), deadline, None, sent))
                         .await
                         .expect("the call ends at its deadline");
                 (result.expect_err("the agent never answers"), Instant::now())
@@ -578,20 +578,7 @@ mod tests {
 
     #[test]
     fn a_frame_decodes_as_the_call_frame_the_agent_reads() {
-        let context = crate::wire::chunk_context(&Default::default(), &Default::default());
-        let call = AgentCall::Chunk(crate::wire::chunk_call(
-            std::iter::empty(),
-            &crate::wire::Chunk {
-                request_id: "r-1",
-                context: &context,
-                sequence: 3,
-                framing: 0,
-                events: &[],
-                end_of_stream: false,
-                states: &[],
-                meta: &Default::default(),
-            },
-        ));
+        let call = chunk_call(3);
         let mut bytes = encode_frame(42, &call, None);
         assert_eq!(bytes[0], 0);
         let len = u32::from_be_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]) as usize;
