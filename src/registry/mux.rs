@@ -11,9 +11,9 @@
 //!   bounds the wait itself: a call with no reply by its deadline fails as
 //!   a timeout and is cancelled on the stream. One timer per stream does
 //!   this ([`expire_calls`]), armed at the earliest deadline in flight: a
-//!   timer per call cost the kernel about 3,100 instructions and a wake-up
-//!   of its runtime's driver (a system call) per call (benches/RESULTS.md,
-//!   2026-11-27).
+//!   timer per call cost the kernel about 2,400 instructions more per call
+//!   than this, and a wake-up of its runtime's driver (a system call)
+//!   (benches/RESULTS.md, 2026-11-27).
 //! - **Cancellation**: a caller that stops waiting (Envoy reset the stream,
 //!   or the deadline passed) sends a cancel frame, and the agent aborts the
 //!   call's work.
@@ -426,22 +426,31 @@ fn deadline_passed() -> tonic::Status {
     tonic::Status::deadline_exceeded("no reply from the agent by the call's deadline")
 }
 
+/// The next complete gRPC message in `buf` (its 5-byte prefix removed), or
+/// `None` until more bytes come; an error for a compressed message or one
+/// over [`MAX_FRAME`].
+fn next_message(buf: &mut BytesMut) -> Result<Option<Bytes>, String> {
+    if buf.len() < 5 {
+        return Ok(None);
+    }
+    if buf[0] != 0 {
+        return Err("compressed reply frame (not negotiated)".to_string());
+    }
+    let len = u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize;
+    if len > MAX_FRAME {
+        return Err(format!("reply frame of {len} bytes, over the {MAX_FRAME}-byte limit"));
+    }
+    if buf.len() < 5 + len {
+        buf.reserve(5 + len - buf.len());
+        return Ok(None);
+    }
+    buf.advance(5);
+    Ok(Some(buf.split_to(len).freeze()))
+}
+
 /// Hands every complete frame in `buf` to its caller.
 fn dispatch(session: &Session, buf: &mut BytesMut) -> Result<(), String> {
-    while buf.len() >= 5 {
-        if buf[0] != 0 {
-            return Err("compressed reply frame (not negotiated)".to_string());
-        }
-        let len = u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize;
-        if len > MAX_FRAME {
-            return Err(format!("reply frame of {len} bytes, over the {MAX_FRAME}-byte limit"));
-        }
-        if buf.len() < 5 + len {
-            buf.reserve(5 + len - buf.len());
-            return Ok(());
-        }
-        buf.advance(5);
-        let message = buf.split_to(len).freeze();
+    while let Some(message) = next_message(buf)? {
         let frame = ReplyFrame::decode(message).map_err(|e| format!("undecodable reply frame: {e}"))?;
         let Some(waiter) = session.take(frame.id) else {
             // Cancelled, or an id never sent: nobody waits.
@@ -500,13 +509,8 @@ mod tests {
                 while let Some(Ok(data)) = body.data().await {
                     let _ = body.flow_control().release_capacity(data.len());
                     buf.extend_from_slice(&data);
-                    while buf.len() >= 5 {
-                        let len = u32::from_be_bytes([buf[1], buf[2], buf[3], buf[4]]) as usize;
-                        if buf.len() < 5 + len {
-                            break;
-                        }
-                        buf.advance(5);
-                        let frame = crate::proto::CallFrame::decode(buf.split_to(len).freeze()).expect("a call frame");
+                    while let Some(message) = next_message(&mut buf).expect("a call frame's prefix") {
+                        let frame = crate::proto::CallFrame::decode(message).expect("a call frame");
                         let _ = frames.send(frame);
                     }
                 }
