@@ -175,6 +175,8 @@ async fn metrics_logs_and_endpoints_after_known_traffic() {
         .find(|l| l["message"] == "Request processed successfully")
         .expect("single-agent log");
     assert_eq!(single["agent_name"], "a1");
+    assert_eq!(single["metadata"]["policies_executed"], 1, "{single}");
+    assert!(single["metadata"]["instructions_count"].is_u64(), "{single}");
     let partial = lines
         .iter()
         .find(|l| l["message"] == "Partial policy chain execution due to agent failure")

@@ -685,14 +685,14 @@ impl Drop for Active {
         };
         let total_policies: usize = calls.iter().map(|c| c.policies.len()).sum();
         let instructions: usize = calls.iter().map(|c| c.instructions).sum();
-        let mut agents: Vec<usize> = calls.iter().map(|c| c.agent).collect();
-        agents.sort_unstable();
-        agents.dedup();
-        if agents.len() == 1 {
+        let Some(first) = calls.first().map(|c| c.agent) else {
+            return;
+        };
+        if calls.iter().all(|c| c.agent == first) {
             tracing::info!(
                 request_id = self.request.request_id.as_str(),
                 route_name = self.route.name.as_str(),
-                agent_name = name(agents[0]),
+                agent_name = name(first),
                 duration_ms,
                 metadata_json =
                     format_args!("{{\"policies_executed\":{total_policies},\"instructions_count\":{instructions}}}"),

@@ -183,25 +183,29 @@ impl<W: fmt::Write> fmt::Write for JsonEscape<'_, W> {
     }
 }
 
-/// Writes `s` with JSON string escapes, without quotes.
+/// Writes `s` with JSON string escapes, without quotes. Only ASCII bytes
+/// are escaped, so the text is scanned byte by byte: every byte of a
+/// multi-byte UTF-8 character is 0x80 or above, and each cut falls between
+/// characters.
 fn write_json_escaped(out: &mut impl fmt::Write, s: &str) -> fmt::Result {
     let mut plain = 0;
-    for (i, c) in s.char_indices() {
-        let esc: Option<&str> = match c {
-            '"' => Some("\\\""),
-            '\\' => Some("\\\\"),
-            '\n' => Some("\\n"),
-            '\r' => Some("\\r"),
-            '\t' => Some("\\t"),
-            c if (c as u32) < 0x20 => None,
+    for (i, &b) in s.as_bytes().iter().enumerate() {
+        let esc = match b {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            b'\n' => "\\n",
+            b'\r' => "\\r",
+            b'\t' => "\\t",
+            0..=0x1f => "",
             _ => continue,
         };
         out.write_str(&s[plain..i])?;
-        match esc {
-            Some(e) => out.write_str(e)?,
-            None => write!(out, "\\u{:04x}", c as u32)?,
+        if esc.is_empty() {
+            write!(out, "\\u{b:04x}")?;
+        } else {
+            out.write_str(esc)?;
         }
-        plain = i + c.len_utf8();
+        plain = i + 1;
     }
     out.write_str(&s[plain..])
 }
