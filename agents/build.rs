@@ -7,6 +7,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Agent calls decode from one contiguous buffer: see policy_net::codec.
     tonic_prost_build::configure()
         .bytes(".")
+        // A call's policies stay encoded until the agent looks them up
+        // among those it has decoded: see src/call_policy.rs.
+        .extern_path(".policy_kernel.agent.v1.Policy", "crate::call_policy::Policy")
         .codec_path("policy_net::codec::ContiguousCodec")
         .compile_fds(fds)?;
     Ok(())

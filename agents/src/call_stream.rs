@@ -170,12 +170,24 @@ async fn run(
     // itself stays small.
     let work = Box::pin(
         async move {
-            match call {
-                Call::Request(c) => Reply::Request(crate::runner::execute_request(registry, c, info).await),
-                Call::Response(c) => Reply::Response(crate::runner::execute_response(registry, c, info).await),
-                Call::Chunk(c) => Reply::Chunk(crate::stream::execute_chunk(registry, c, info).await),
-                Call::Cancel(_) => Reply::Error(proto::CallStatus::default()),
-            }
+            let reply = match call {
+                Call::Request(c) => crate::runner::execute_request(registry, c, info)
+                    .await
+                    .map(Reply::Request),
+                Call::Response(c) => crate::runner::execute_response(registry, c, info)
+                    .await
+                    .map(Reply::Response),
+                Call::Chunk(c) => crate::stream::execute_chunk(registry, c, info).await.map(Reply::Chunk),
+                Call::Cancel(_) => Ok(Reply::Error(proto::CallStatus::default())),
+            };
+            // A call that cannot run (a policy that does not decode) is
+            // answered with its status, as a unary call is.
+            reply.unwrap_or_else(|status| {
+                Reply::Error(proto::CallStatus {
+                    code: status.code() as i32,
+                    message: status.message().to_string(),
+                })
+            })
         }
         .instrument(span),
     );

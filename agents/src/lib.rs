@@ -80,6 +80,8 @@
 //!   [`ResponseAction`], [`HeaderOp`], [`Deny`], [`Flow`].
 //! * `convert`: outcome -> protocol instructions, enforcing the protocol's rules.
 //! * `registry`: the agent's policies by name.
+//! * `call_policy`: a call's policies kept encoded ([`proto::Policy`]), each
+//!   distinct one decoded once.
 //! * `runner`: runs the policies of one call; `on_failure`.
 //! * `service`: the gRPC service ([`AgentService`]); health and drain state.
 //! * `call_stream`: calls as messages on one long-lived stream (`rpc Calls`).
@@ -99,6 +101,7 @@
 mod action;
 mod agent;
 mod cache;
+mod call_policy;
 mod call_stream;
 pub mod cli;
 pub mod client;

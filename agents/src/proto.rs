@@ -6,3 +6,6 @@
 //! and friends. They are here for advanced users (custom servers, clients, tests).
 #![allow(missing_docs, clippy::all)]
 tonic::include_proto!("policy_kernel.agent.v1");
+
+/// `Policy`, kept encoded until the SDK runs it (see [`Policy::new`]).
+pub use crate::call_policy::Policy;

@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::call_policy::{Resolved, Seen};
 use crate::policy::DynPolicy;
 use crate::proto;
 
@@ -10,6 +11,8 @@ use crate::proto;
 pub(crate) struct Registry {
     policies: Vec<Arc<dyn DynPolicy>>,
     index: HashMap<String, usize>,
+    /// The policies of calls, decoded once each.
+    seen: Seen,
 }
 
 impl Registry {
@@ -21,11 +24,29 @@ impl Registry {
                 return Err(p.name().to_string());
             }
         }
-        Ok(Registry { policies, index })
+        Ok(Registry {
+            policies,
+            index,
+            seen: Seen::default(),
+        })
     }
 
-    pub(crate) fn get(&self, name: &str) -> Option<&dyn DynPolicy> {
-        self.index.get(name).map(|&i| self.policies[i].as_ref())
+    /// The policies of a call, decoded (each distinct one once); a policy
+    /// that does not decode fails the call.
+    pub(crate) fn resolve(&self, policies: &[proto::Policy]) -> Result<Vec<Arc<Resolved>>, tonic::Status> {
+        policies
+            .iter()
+            .map(|p| {
+                self.seen
+                    .resolve(p, |name| self.index.get(name).copied())
+                    .map_err(|e| tonic::Status::invalid_argument(format!("a policy of the call does not decode: {e}")))
+            })
+            .collect()
+    }
+
+    /// The agent's policy a call's policy names, if it has it.
+    pub(crate) fn policy(&self, p: &Resolved) -> Option<&dyn DynPolicy> {
+        p.index.and_then(|i| self.policies.get(i)).map(|p| p.as_ref())
     }
 
     /// `PolicyInfo` of every policy, in registration order.

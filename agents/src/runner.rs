@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use futures::future::BoxFuture;
 
 use crate::action::{Deny, Flow};
+use crate::call_policy::Resolved;
 use crate::context::{CallInfo, Metadata, RequestContext, RequestView, ResponseContext, ResponseView};
 use crate::convert::{self, InstructionError};
 use crate::params::Params;
@@ -192,7 +193,7 @@ fn failure_deny(policy: &str) -> Deny {
 async fn run_chain<C: PhaseCall>(
     registry: &Registry,
     call: &C,
-    policies: Vec<proto::Policy>,
+    policies: Vec<std::sync::Arc<Resolved>>,
     mut metadata: Metadata,
     request_id: &str,
 ) -> Chain<C::Instr> {
@@ -204,9 +205,8 @@ async fn run_chain<C: PhaseCall>(
     };
     let mut messages = Vec::new();
     for policy in policies {
-        let params = Params::new(policy.params);
-        let result = match registry.get(&policy.name) {
-            Some(p) => call.run(p, &params, &metadata).await,
+        let result = match registry.policy(&policy) {
+            Some(p) => call.run(p, &policy.params, &metadata).await,
             None => Err(PolicyError::new("policy is not supported by this agent")),
         };
         let step = match result {
@@ -258,21 +258,22 @@ pub(crate) async fn execute_request(
     registry: &Registry,
     call: proto::PolicyRequestPhase,
     info: CallInfo,
-) -> proto::PolicyRequestResponse {
+) -> Result<proto::PolicyRequestResponse, tonic::Status> {
+    let policies = registry.resolve(&call.policies)?;
     let data = call.request_data.unwrap_or_default();
     let phase = RequestCall {
         data: &data,
         info: &info,
     };
     let metadata = Metadata::from(call.policy_metadata);
-    let chain = run_chain(registry, &phase, call.policies, metadata, &call.request_id).await;
-    proto::PolicyRequestResponse {
+    let chain = run_chain(registry, &phase, policies, metadata, &call.request_id).await;
+    Ok(proto::PolicyRequestResponse {
         request_id: call.request_id,
         instructions: chain.instructions,
         message: chain.message,
         policy_metadata: chain.metadata,
         cache_max_age_ms: chain.cache,
-    }
+    })
 }
 
 /// Executes a response-phase call.
@@ -280,7 +281,8 @@ pub(crate) async fn execute_response(
     registry: &Registry,
     call: proto::PolicyResponsePhase,
     info: CallInfo,
-) -> proto::PolicyResponseResponse {
+) -> Result<proto::PolicyResponseResponse, tonic::Status> {
+    let policies = registry.resolve(&call.policies)?;
     let request = call.request_data.unwrap_or_default();
     let response = call.response_data.unwrap_or_default();
     let phase = ResponseCall {
@@ -289,11 +291,11 @@ pub(crate) async fn execute_response(
         info: &info,
     };
     let metadata = Metadata::from(call.policy_metadata);
-    let chain = run_chain(registry, &phase, call.policies, metadata, &call.request_id).await;
-    proto::PolicyResponseResponse {
+    let chain = run_chain(registry, &phase, policies, metadata, &call.request_id).await;
+    Ok(proto::PolicyResponseResponse {
         request_id: call.request_id,
         instructions: chain.instructions,
         message: chain.message,
         policy_metadata: chain.metadata,
-    }
+    })
 }

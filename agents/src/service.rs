@@ -132,7 +132,7 @@ impl proto::policy_agent_server::PolicyAgent for AgentService {
         let span = tracing::debug_span!("execute", phase = "request", request_id = %call.request_id, traceparent = info.traceparent.as_deref().unwrap_or(""));
         let reply = runner::execute_request(&self.shared.registry, call, info)
             .instrument(span)
-            .await;
+            .await?;
         Ok(Response::new(reply))
     }
 
@@ -146,7 +146,7 @@ impl proto::policy_agent_server::PolicyAgent for AgentService {
         let span = tracing::debug_span!("execute", phase = "response", request_id = %call.request_id, traceparent = info.traceparent.as_deref().unwrap_or(""));
         let reply = runner::execute_response(&self.shared.registry, call, info)
             .instrument(span)
-            .await;
+            .await?;
         Ok(Response::new(reply))
     }
 
@@ -160,7 +160,7 @@ impl proto::policy_agent_server::PolicyAgent for AgentService {
         let span = tracing::debug_span!("execute", phase = "response_chunk", request_id = %call.request_id, sequence = call.sequence);
         let reply = crate::stream::execute_chunk(&self.shared.registry, call, info)
             .instrument(span)
-            .await;
+            .await?;
         Ok(Response::new(reply))
     }
 

@@ -13,7 +13,6 @@
 use bytes::Bytes;
 
 use crate::context::{CallInfo, Metadata, RequestView, ResponseView};
-use crate::params::Params;
 use crate::policy::PolicyError;
 use crate::proto::{self, chunk_instruction::Instruction as ChunkI};
 use crate::registry::Registry;
@@ -136,7 +135,8 @@ pub(crate) async fn execute_chunk(
     registry: &Registry,
     call: proto::PolicyResponseChunk,
     info: CallInfo,
-) -> proto::PolicyResponseChunkReply {
+) -> Result<proto::PolicyResponseChunkReply, tonic::Status> {
+    let policies = registry.resolve(&call.policies)?;
     let request = call.request_data.unwrap_or_default();
     let response = call.response_data.unwrap_or_default();
     let framing = match proto::ChunkFraming::try_from(call.framing) {
@@ -156,10 +156,10 @@ pub(crate) async fn execute_chunk(
     // stream's last call (an audit policy writes its line); only their
     // metadata and state are kept.
     let mut closing = false;
-    for (i, policy) in call.policies.into_iter().enumerate() {
-        let params = Params::new(policy.params);
+    for (i, policy) in policies.into_iter().enumerate() {
+        let params = &policy.params;
         let state = call.policy_state.get(i).cloned().unwrap_or_default();
-        let result = match registry.get(&policy.name) {
+        let result = match registry.policy(&policy) {
             Some(p) => {
                 let ctx = ChunkContext {
                     request: RequestView::new(&request),
@@ -172,7 +172,7 @@ pub(crate) async fn execute_chunk(
                     end_of_stream: call.end_of_stream || closing,
                     state: &state,
                 };
-                p.run_chunk(&params, &ctx).await
+                p.run_chunk(params, &ctx).await
             }
             None => Err(PolicyError::new("policy is not supported by this agent")),
         };
@@ -234,5 +234,5 @@ pub(crate) async fn execute_chunk(
             .push(proto::ChunkInstruction { instruction: Some(i) });
     }
     reply.message = messages.join("; ");
-    reply
+    Ok(reply)
 }

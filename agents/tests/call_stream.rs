@@ -101,3 +101,41 @@ async fn a_panicking_policy_fails_its_call_on_more_threads_too() {
     tx.send(frame(2, &[])).await.unwrap();
     assert_eq!(next(&mut replies).await.id, 2);
 }
+
+/// The SDK decodes each distinct policy of a call once and keeps it: a
+/// policy that does not decode fails its own call (and is not kept), and
+/// the same policy with other params runs with those.
+#[tokio::test]
+async fn a_policy_that_does_not_decode_fails_its_call_and_not_the_stream() {
+    use prost::Message;
+    let agent = TestAgent::start(probe_agent()).await;
+    let (tx, mut replies) = open(&agent).await;
+    // Field 1 (the name) with bytes that are not UTF-8.
+    let bad = proto::Policy::decode(&[0x0a, 0x02, 0xff, 0xfe][..]).expect("a well-framed field");
+    for id in [1, 2] {
+        let mut call = frame(id, &[]);
+        if let Some(Call::Request(r)) = &mut call.call {
+            r.policies = vec![bad.clone()];
+        }
+        tx.send(call).await.unwrap();
+        let reply = next(&mut replies).await;
+        assert_eq!(reply.id, id);
+        assert!(
+            matches!(&reply.reply, Some(Reply::Error(s)) if s.code == tonic::Code::InvalidArgument as i32 && s.message.contains("does not decode")),
+            "call {id}: {:?}",
+            reply.reply
+        );
+    }
+    // The same policy, its params changed between calls.
+    for (id, action, header) in [(3, "", "first"), (4, "deny", ""), (5, "", "first")] {
+        tx.send(frame(id, &[("action", action)])).await.unwrap();
+        let reply = next(&mut replies).await;
+        let Some(Reply::Request(r)) = reply.reply else {
+            panic!("call {id} was not answered: {:?}", reply.reply);
+        };
+        assert_eq!(immediate(&r).is_some(), action == "deny", "call {id}: {r:?}");
+        if !header.is_empty() {
+            assert_eq!(set_headers(&r), vec![("x-first".to_string(), header.to_string())]);
+        }
+    }
+}

@@ -177,11 +177,7 @@ pub fn probe_agent() -> AgentBuilder {
 
 /// A policy entry of a call.
 pub fn policy(name: &str, params: &[(&str, &str)], on_failure: &str) -> proto::Policy {
-    proto::Policy {
-        name: name.to_string(),
-        params: params.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
-        on_failure: on_failure.to_string(),
-    }
+    proto::Policy::new(name, params.iter().copied(), on_failure)
 }
 
 /// A request-phase call.
