@@ -39,6 +39,17 @@
 # each JSON line (server_ir, agent_ir): the hop's own traffic, counted
 # without the machine's noise. Use a small PK_HOP_REQUESTS (2000).
 #
+# PK_HOP_PAIRS=P measures in pairs instead: F and one other scenario
+# (PK_HOP_PAIR_WITH, default K1; K0, K1 or K1c) run side by side, each with
+# an Envoy of its own, both stacks up at once (the idle one waits in
+# epoll), and the load alternates between them in bursts of N requests
+# (default 10,000; each after a warm-up of 500), in the order F, other,
+# other, F, ... for P pairs. CPU is read from /proc/PID/task/*/schedstat
+# (ns) around each burst. Each pair's ratio compares two bursts run seconds
+# apart, so a change in the host's speed between rounds, which moves the
+# sequential rounds' ratios by a third, cancels out; the table gives the
+# median ratio and its quartiles.
+#
 # Usage: bash benches/hop.sh [BIN_DIR]   (default target/release; make bench
 #        runs it; PK_HOP_REQUESTS, PK_HOP_ROUNDS, PK_HOP_SCENARIOS override,
 #        PK_HOP_STREAMS sets h2load's streams per connection (default 1),
@@ -232,6 +243,99 @@ print(json.dumps({"scenario": sc, "round": int(rnd), "rps": float(rps.group(1)) 
   **({"server_ir": int(sir) // n, "agent_ir": int(air) // n} if int(sir) or int(air) else {})}))
 PY
 }
+
+# oncpu_ns PID: nanoseconds PID's threads have run (schedstat).
+oncpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%.0f\n", s}'; }
+
+# pairs: the paired measurement (PK_HOP_PAIRS), F against PK_HOP_PAIR_WITH.
+pairs() {
+  local other=${PK_HOP_PAIR_WITH:-K1} burst=${PK_HOP_REQUESTS:-10000} port_f=$PORT port_o o_admin o_up
+  local floor_pid envoy_f envoy_o kernel_pid path_o i sc order e s a e0 s0 a0 out
+  case $other in K0) path_o=/k0/hop ;; K1) path_o=/k1/hop ;; K1c) path_o=/kc/hop ;;
+    *) echo "hop.sh: PK_HOP_PAIR_WITH is K0, K1 or K1c, not $other" >&2; exit 2 ;; esac
+  read -r port_o o_admin o_up <<<"$(free_ports 3)"
+  envoy_config "$RUN/envoy-o.yaml" "$port_o" "$o_admin" "$o_up" "$RUN/kernel-o.sock"
+  sed -i 's/response_header_mode: SKIP/response_header_mode: SEND/' "$RUN/envoy-o.yaml"
+  sed "s#socket_path: \"$RUN/kernel.sock\"#socket_path: \"$RUN/kernel-o.sock\"#" "$RUN/kernel.yaml" >"$RUN/kernel-o.yaml"
+  grep -q kernel-o.sock "$RUN/kernel-o.yaml" || { echo "hop.sh: no paired kernel config" >&2; exit 1; }
+  rm -f "$RUN"/*.sock
+  start floor "$BIN/pk-floor" --socket "$RUN/kernel.sock" --messages 2; floor_pid=$LAST_PID
+  start example "$BIN/example-agent" --socket "$RUN/example.sock"; EXAMPLE_PID=$LAST_PID
+  start python "$PY" "$ROOT/agents/examples/python/agent.py" --socket "$RUN/python.sock"
+  wait_for 20 test -S "$RUN/kernel.sock"; wait_for 30 test -S "$RUN/example.sock"; wait_for 60 test -S "$RUN/python.sock"
+  start kernel "$BIN/policy-kernel" --config "$RUN/kernel-o.yaml"; kernel_pid=$LAST_PID
+  wait_for 30 test -S "$RUN/kernel-o.sock"
+  start envoy-f "$ENVOY" -c "$RUN/envoy-with.yaml" --concurrency 1 --disable-hot-restart -l warning --base-id "$port_f"
+  envoy_f=$LAST_PID
+  start envoy-o "$ENVOY" -c "$RUN/envoy-o.yaml" --concurrency 1 --disable-hot-restart -l warning --base-id "$port_o"
+  envoy_o=$LAST_PID
+  { wait_for 30 envoy_live "$ADMIN" && wait_for 30 envoy_live "$o_admin"; } || { echo "hop.sh: an Envoy did not start: $RUN" >&2; exit 1; }
+  wait_for 30 curl -sf -o /dev/null "http://127.0.0.1:$port_f/k1/hop" || { echo "F not served: $RUN" >&2; exit 1; }
+  wait_for 30 curl -sf -o /dev/null "http://127.0.0.1:$port_o$path_o" || { echo "$other not served: $RUN/kernel.log" >&2; exit 1; }
+  : >"$RUN/pairs.jsonl"
+  for i in $(seq 1 "$PK_HOP_PAIRS"); do
+    order="F $other"
+    [ $((i % 2)) -eq 0 ] && order="$other F"
+    for sc in $order; do
+      out="$RUN/h2load-$sc-$i.txt" SC=$sc a=""
+      if [ "$sc" = F ]; then
+        PORT=$port_f PATH_=/k1/hop e=$envoy_f s=$floor_pid
+      else
+        PORT=$port_o PATH_=$path_o e=$envoy_o s=$kernel_pid
+        [ "$sc" = K0 ] || a=$EXAMPLE_PID
+      fi
+      load 500 "$RUN/warm.txt" "w$i"
+      e0=$(oncpu_ns "$e"); s0=$(oncpu_ns "$s"); a0=0
+      [ -n "$a" ] && a0=$(oncpu_ns "$a")
+      load "$burst" "$out" "$i"
+      python3 - "$sc" "$i" "$burst" "$out" "$e0" "$(oncpu_ns "$e")" "$s0" "$(oncpu_ns "$s")" \
+        "$a0" "$([ -n "$a" ] && oncpu_ns "$a" || echo 0)" <<'PY' | tee -a "$RUN/pairs.jsonl" >&2
+import json, re, sys
+sc, i, n, out, e0, e1, s0, s1, a0, a1 = sys.argv[1:]
+n = int(n); t = open(out).read()
+rps = re.search(r"finished in [\d.]+m?s, ([\d.]+) req/s", t)
+ok = re.search(r"status codes: (\d+) 2xx", t)
+us = lambda a, b: (int(b) - int(a)) / n / 1000
+print(json.dumps({"scenario": sc, "pair": int(i), "rps": float(rps.group(1)) if rps else 0.0,
+  "ok": int(ok.group(1)) if ok else 0, "envoy_us": us(e0, e1), "server_us": us(s0, s1),
+  "agent_us": us(a0, a1) if int(a1) else 0.0}))
+PY
+    done
+  done
+  PORT=$port_f
+  python3 - "$RUN/pairs.jsonl" "$burst" "$PK_HOP_PAIRS" "$other" <<'PY' | tee "$RUN/hop.md"
+import json, statistics as st, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+n, pairs, other = int(sys.argv[2]), sys.argv[3], sys.argv[4]
+by = {}
+for r in rows:
+    r["ext_us"] = r["server_us"] + r["agent_us"]
+    by.setdefault(r["pair"], {})[r["scenario"]] = r
+both = [p for p in by.values() if "F" in p and other in p]
+cpu = sorted(p[other]["ext_us"] / p["F"]["ext_us"] for p in both if p["F"]["ext_us"] > 0)
+rps = sorted(p[other]["rps"] / p["F"]["rps"] for p in both if p["F"]["rps"] > 0)
+def q(xs):
+    if not xs:
+        return [float("nan")] * 3
+    return st.quantiles(xs, n=4, method="inclusive") if len(xs) > 1 else xs * 3
+med = lambda sc, k: st.median([r[k] for r in rows if r["scenario"] == sc])
+bad = sum(n - r["ok"] for r in rows)
+print(f"One agent hop through Envoy, in pairs (benches/hop.sh, PK_HOP_PAIRS={pairs}): F and {other} side by side, bursts of {n} requests in turn, h2load -c 16 -m 1; CPU per request in µs (medians); ratios per pair")
+print()
+print("| scenario | req/s | Envoy | server | agent | ext_proc | ext_proc / F: median (quartiles) | req/s / F: median (quartiles) |")
+print("|---|---:|---:|---:|---:|---:|---|---|")
+for sc in ("F", other):
+    c = "1.00x" if sc == "F" else "**%.2fx** (%.2f-%.2f)" % (q(cpu)[1], q(cpu)[0], q(cpu)[2])
+    t = "1.00" if sc == "F" else "%.2f (%.2f-%.2f)" % (q(rps)[1], q(rps)[0], q(rps)[2])
+    print(f"| {sc} | {med(sc, 'rps'):,.0f} | {med(sc, 'envoy_us'):.1f} | {med(sc, 'server_us'):.1f} | {med(sc, 'agent_us'):.1f} | {med(sc, 'ext_us'):.1f} | {c} | {t} |")
+print()
+print("Per pair, ext_proc / F: " + ", ".join("%.2f" % x for x in cpu) + f". Requests not answered 2xx: {bad}.")
+PY
+}
+if [ -n "${PK_HOP_PAIRS:-}" ]; then
+  pairs
+  exit 0
+fi
 
 : >"$RUN/hop.jsonl"
 for round in $(seq 1 "$ROUNDS"); do

@@ -489,6 +489,11 @@ fi
 if [ "$ENVOY_E2E" = 1 ] && [ "$SMOKE" = 0 ] && [ -n "$(venv_envoy)" ] && command -v h2load >/dev/null; then
   log "one agent hop through Envoy (benches/hop.sh)"
   RUN="$RUN/hop" bash "$ROOT/benches/hop.sh" "$BIN" >"$RUN/hop.out" 2>&1 || log "benches/hop.sh failed: see $RUN/hop.out"
+  # The same hop in 50 pairs of bursts (F and K1 side by side): ratios that
+  # the host's changes of speed between rounds do not move.
+  log "one agent hop through Envoy, in pairs (benches/hop.sh, PK_HOP_PAIRS=50)"
+  RUN="$RUN/hop-pairs" PK_HOP_PAIRS=50 PK_HOP_REQUESTS=2000 bash "$ROOT/benches/hop.sh" "$BIN" >"$RUN/hop-pairs.out" 2>&1 \
+    || log "benches/hop.sh (pairs) failed: see $RUN/hop-pairs.out"
 fi
 
 # ---------------------------------------------------------------- report
@@ -502,6 +507,7 @@ REPORT_ARGS=(table "$RESULTS_JSON" --elapsed "$ELAPSED" --nproc "$(nproc)"
 python3 "$ROOT/benches/report.py" "${REPORT_ARGS[@]}" >"$RUN/table.md"
 if [ -f "$RUN/stream.md" ]; then { echo; cat "$RUN/stream.md"; } >>"$RUN/table.md"; fi
 if [ -f "$RUN/hop/hop.md" ]; then { echo; cat "$RUN/hop/hop.md"; } >>"$RUN/table.md"; fi
+if [ -f "$RUN/hop-pairs/hop.md" ]; then { echo; cat "$RUN/hop-pairs/hop.md"; } >>"$RUN/table.md"; fi
 if [ -f "$RUN/fleet.md" ]; then { echo; cat "$RUN/fleet.md"; } >>"$RUN/table.md"; fi
 cat "$RUN/table.md"
 if [ "$RESULTS" = 1 ]; then
