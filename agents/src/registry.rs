@@ -37,9 +37,10 @@ impl Registry {
         policies
             .iter()
             .map(|p| {
-                self.seen
-                    .resolve(p, |name| self.index.get(name).copied())
-                    .map_err(|e| tonic::Status::invalid_argument(format!("a policy of the call does not decode: {e}")))
+                self.seen.resolve(p, |name| self.index.get(name).copied()).map_err(|e| {
+                    tracing::warn!(error = %e, "a policy of a call does not decode: the call fails (INVALID_ARGUMENT)");
+                    tonic::Status::invalid_argument(format!("a policy of the call does not decode: {e}"))
+                })
             })
             .collect()
     }
