@@ -150,6 +150,15 @@ start_envoy() {
   ENVOY_PID=$LAST_PID
   wait_for 30 envoy_live "$ADMIN" || { echo "envoy did not start: $RUN/envoy-$1.log" >&2; exit 1; }
 }
+# start_agents PREFIX: example-agent (under PREFIX, a callgrind command or
+# nothing) and the Python agent, on their sockets; sets EXAMPLE_PID and
+# PYTHON_PID, returns once both sockets exist.
+start_agents() {
+  # shellcheck disable=SC2086 # PREFIX is a command line, split on purpose
+  start example $1 "$BIN/example-agent" --socket "$RUN/example.sock"; EXAMPLE_PID=$LAST_PID
+  start python "$PY" "$ROOT/agents/examples/python/agent.py" --socket "$RUN/python.sock"; PYTHON_PID=$LAST_PID
+  wait_for 30 test -S "$RUN/example.sock"; wait_for 60 test -S "$RUN/python.sock"
+}
 # stack SCENARIO: starts what SCENARIO needs; sets SERVER_PID, AGENT_PID, PATH_
 stack() {
   cleanup; rm -f "$RUN"/*.sock
@@ -161,9 +170,7 @@ stack() {
     Ft) start floor $(cg Ft) "$BIN/pk-floor" --port "$KPORT" --messages 2; SERVER_PID=$LAST_PID
        wait_for 20 bash -c "exec 3<>/dev/tcp/127.0.0.1/$KPORT"; start_envoy tcp ;;
     K0|K1|K1u|K1q|K1py|K1c|K1h|K0t|K1t)
-      start example $(cg "agent-$1") "$BIN/example-agent" --socket "$RUN/example.sock"; EXAMPLE_PID=$LAST_PID
-      start python "$PY" "$ROOT/agents/examples/python/agent.py" --socket "$RUN/python.sock"; PYTHON_PID=$LAST_PID
-      wait_for 30 test -S "$RUN/example.sock"; wait_for 60 test -S "$RUN/python.sock"
+      start_agents "$(cg "agent-$1")"
       local config="$RUN/kernel.yaml"
       [ "$1" = K1q ] && config="$RUN/kernel-quiet.yaml"
       case $1 in K0t|K1t) config="$RUN/kernel-tcp.yaml" ;; esac
@@ -260,9 +267,8 @@ pairs() {
   grep -q kernel-o.sock "$RUN/kernel-o.yaml" || { echo "hop.sh: no paired kernel config" >&2; exit 1; }
   rm -f "$RUN"/*.sock
   start floor "$BIN/pk-floor" --socket "$RUN/kernel.sock" --messages 2; floor_pid=$LAST_PID
-  start example "$BIN/example-agent" --socket "$RUN/example.sock"; EXAMPLE_PID=$LAST_PID
-  start python "$PY" "$ROOT/agents/examples/python/agent.py" --socket "$RUN/python.sock"
-  wait_for 20 test -S "$RUN/kernel.sock"; wait_for 30 test -S "$RUN/example.sock"; wait_for 60 test -S "$RUN/python.sock"
+  start_agents ""
+  wait_for 20 test -S "$RUN/kernel.sock"
   start kernel "$BIN/policy-kernel" --config "$RUN/kernel-o.yaml"; kernel_pid=$LAST_PID
   wait_for 30 test -S "$RUN/kernel-o.sock"
   start envoy-f "$ENVOY" -c "$RUN/envoy-with.yaml" --concurrency 1 --disable-hot-restart -l warning --base-id "$port_f"

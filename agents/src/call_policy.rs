@@ -198,7 +198,7 @@ impl Seen {
 
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.table.lock().map(|t| t.len()).unwrap_or(0)
+        self.table().len()
     }
 }
 

@@ -129,11 +129,15 @@ async fn contained(work: impl Future<Output = Option<proto::ReplyFrame>> + Send,
 fn error_frame(id: u64, code: Code, message: &str) -> proto::ReplyFrame {
     proto::ReplyFrame {
         id,
-        reply: Some(Reply::Error(proto::CallStatus {
-            code: code as i32,
-            message: message.to_string(),
-        })),
+        reply: Some(error_reply(code, message)),
     }
+}
+
+fn error_reply(code: Code, message: &str) -> Reply {
+    Reply::Error(proto::CallStatus {
+        code: code as i32,
+        message: message.to_string(),
+    })
 }
 
 fn non_empty(s: String) -> Option<String> {
@@ -182,12 +186,7 @@ async fn run(
             };
             // A call that cannot run (a policy that does not decode) is
             // answered with its status, as a unary call is.
-            reply.unwrap_or_else(|status| {
-                Reply::Error(proto::CallStatus {
-                    code: status.code() as i32,
-                    message: status.message().to_string(),
-                })
-            })
+            reply.unwrap_or_else(|status| error_reply(status.code(), status.message()))
         }
         .instrument(span),
     );

@@ -190,20 +190,19 @@ impl<W: fmt::Write> fmt::Write for JsonEscape<'_, W> {
 fn write_json_escaped(out: &mut impl fmt::Write, s: &str) -> fmt::Result {
     let mut plain = 0;
     for (i, &b) in s.as_bytes().iter().enumerate() {
-        let esc = match b {
-            b'"' => "\\\"",
-            b'\\' => "\\\\",
-            b'\n' => "\\n",
-            b'\r' => "\\r",
-            b'\t' => "\\t",
-            0..=0x1f => "",
+        let esc: Option<&str> = match b {
+            b'"' => Some("\\\""),
+            b'\\' => Some("\\\\"),
+            b'\n' => Some("\\n"),
+            b'\r' => Some("\\r"),
+            b'\t' => Some("\\t"),
+            0..=0x1f => None,
             _ => continue,
         };
         out.write_str(&s[plain..i])?;
-        if esc.is_empty() {
-            write!(out, "\\u{b:04x}")?;
-        } else {
-            out.write_str(esc)?;
+        match esc {
+            Some(e) => out.write_str(e)?,
+            None => write!(out, "\\u{b:04x}")?,
         }
         plain = i + 1;
     }
