@@ -10,6 +10,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // A call's policies stay encoded until the agent looks them up
         // among those it has decoded: see src/call_policy.rs.
         .extern_path(".policy_kernel.agent.v1.Policy", "crate::call_policy::Policy")
+        // A call's HTTP strings share the call's buffer: src/call_data.rs.
+        .extern_path(".policy_kernel.agent.v1.HeaderValue", "crate::call_data::HeaderValue")
+        .extern_path(".policy_kernel.agent.v1.RequestData", "crate::call_data::RequestData")
         .codec_path("policy_net::codec::ContiguousCodec")
         .compile_fds(fds)?;
     Ok(())

@@ -123,7 +123,7 @@ fn iter_headers(headers: Option<&proto::HttpHeaders>) -> impl Iterator<Item = (&
         .into_iter()
         .flat_map(|h| h.headers.iter())
         .filter(|h| h.raw_value.is_empty() || !h.value.is_empty())
-        .map(|h| (h.key.as_str(), h.value.as_str()))
+        .map(|h| (&*h.key, &*h.value))
 }
 
 /// A read-only view of the HTTP request.
@@ -169,7 +169,7 @@ impl<'a> RequestView<'a> {
 
     /// The client IP as Envoy saw it, if known.
     pub fn client_ip(&self) -> Option<&'a str> {
-        Some(self.data.client_ip.as_str()).filter(|s| !s.is_empty())
+        Some(&*self.data.client_ip).filter(|s| !s.is_empty())
     }
 
     /// The first value of header `name` (case-insensitive).

@@ -176,11 +176,7 @@ pub(crate) fn request_deny(deny: Deny) -> Result<proto::RequestInstruction, Inst
         .iter()
         .map(|(n, v)| {
             let (key, value) = header_pair(n, v)?;
-            Ok(proto::HeaderValue {
-                key,
-                value,
-                raw_value: Default::default(),
-            })
+            Ok(proto::HeaderValue::new(key, value))
         })
         .collect::<Result<Vec<_>, InstructionError>>()?;
     Ok(req(ReqI::ImmediateResponse(proto::ImmediateResponse {

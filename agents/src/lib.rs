@@ -82,6 +82,8 @@
 //! * `registry`: the agent's policies by name.
 //! * `call_policy`: a call's policies kept encoded ([`proto::Policy`]), each
 //!   distinct one decoded once.
+//! * `call_data`: a call's request ([`proto::RequestData`], [`proto::HeaderValue`])
+//!   with its strings as slices of the call's buffer.
 //! * `runner`: runs the policies of one call; `on_failure`.
 //! * `service`: the gRPC service ([`AgentService`]); health and drain state.
 //! * `call_stream`: calls as messages on one long-lived stream (`rpc Calls`).
@@ -101,6 +103,7 @@
 mod action;
 mod agent;
 mod cache;
+mod call_data;
 mod call_policy;
 mod call_stream;
 pub mod cli;

@@ -9,3 +9,6 @@ tonic::include_proto!("policy_kernel.agent.v1");
 
 /// `Policy`, kept encoded until the SDK runs it (see [`Policy::new`]).
 pub use crate::call_policy::Policy;
+
+/// `HeaderValue` and `RequestData`, their strings sharing the call's buffer.
+pub use crate::call_data::{HeaderValue, RequestData};

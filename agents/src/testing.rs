@@ -21,6 +21,7 @@
 //! ```
 
 use bytes::Bytes;
+use bytestring::ByteString;
 
 use crate::context::{CallInfo, Metadata, Phase, RequestContext, RequestView, ResponseContext, ResponseView};
 use crate::outcome::{RequestOutcome, ResponseOutcome};
@@ -33,11 +34,7 @@ fn push_header(headers: &mut Option<proto::HttpHeaders>, name: &str, value: &str
     headers
         .get_or_insert_with(Default::default)
         .headers
-        .push(proto::HeaderValue {
-            key: name.to_ascii_lowercase(),
-            value: value.to_string(),
-            raw_value: Bytes::new(),
-        });
+        .push(proto::HeaderValue::new(name.to_ascii_lowercase(), value));
 }
 
 /// A request to run a policy on.
@@ -50,10 +47,10 @@ impl TestRequest {
     /// A request with `method` and `path` (query string included).
     pub fn new(method: &str, path: &str) -> Self {
         let mut data = proto::RequestData {
-            method: method.to_string(),
-            path: path.to_string(),
-            scheme: "http".to_string(),
-            authority: "example.test".to_string(),
+            method: method.into(),
+            path: path.into(),
+            scheme: ByteString::from_static("http"),
+            authority: ByteString::from_static("example.test"),
             ..Default::default()
         };
         if let Some((_, query)) = path.split_once('?') {
@@ -82,7 +79,7 @@ impl TestRequest {
 
     /// Sets the client IP.
     pub fn client_ip(mut self, ip: &str) -> Self {
-        self.data.client_ip = ip.to_string();
+        self.data.client_ip = ip.into();
         self
     }
 

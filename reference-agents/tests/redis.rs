@@ -92,11 +92,7 @@ async fn ratelimit_agents_share_limits_through_redis() {
     for agent in [&one, &two, &one] {
         let mut call = request_call("r", vec![policy("rateLimit", &params, "")]);
         call.request_data.as_mut().unwrap().headers = Some(policy_agents::proto::HttpHeaders {
-            headers: vec![policy_agents::proto::HeaderValue {
-                key: "x-user".into(),
-                value: "u1".into(),
-                raw_value: Default::default(),
-            }],
+            headers: vec![policy_agents::proto::HeaderValue::new("x-user", "u1")],
         });
         let reply = agent
             .client()

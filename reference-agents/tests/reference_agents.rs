@@ -29,14 +29,7 @@ fn with_headers(mut call: proto::PolicyRequestPhase, headers: &[(&str, &str)]) -
     let data = call.request_data.get_or_insert_with(Default::default);
     data.client_ip = "10.0.0.9".into();
     data.headers = Some(proto::HttpHeaders {
-        headers: headers
-            .iter()
-            .map(|(k, v)| proto::HeaderValue {
-                key: k.to_string(),
-                value: v.to_string(),
-                raw_value: Default::default(),
-            })
-            .collect(),
+        headers: headers.iter().map(|(k, v)| proto::HeaderValue::new(*k, *v)).collect(),
     });
     call
 }

@@ -18,11 +18,7 @@ fn run(framing: Framing, content_type: &str, calls: &[Vec<&str>]) -> (String, Ve
     let request = proto::RequestData::default();
     let response = proto::ResponseData {
         headers: Some(proto::HttpHeaders {
-            headers: vec![proto::HeaderValue {
-                key: "content-type".into(),
-                value: content_type.into(),
-                raw_value: Bytes::new(),
-            }],
+            headers: vec![proto::HeaderValue::new("content-type", content_type)],
         }),
         status_code: 200,
         ..Default::default()
