@@ -40,7 +40,8 @@
 # without the machine's noise. Use a small PK_HOP_REQUESTS (2000).
 #
 # PK_HOP_PAIRS=P measures in pairs instead: F and one other scenario
-# (PK_HOP_PAIR_WITH, default K1; K0, K1 or K1c) run side by side, each with
+# (PK_HOP_PAIR_WITH, default K1; K0, K1 or K1c; or K0t or K1t, then against
+# Ft, every Envoy reaching its ext_proc server over TCP) run side by side, each with
 # an Envoy of its own, both stacks up at once (the idle one waits in
 # epoll), and the load alternates between them in bursts of N requests
 # (default 10,000; each after a warm-up of 500), in the order F, other,
@@ -254,41 +255,60 @@ PY
 # oncpu_ns PID: nanoseconds PID's threads have run (schedstat).
 oncpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%.0f\n", s}'; }
 
-# pairs: the paired measurement (PK_HOP_PAIRS), F against PK_HOP_PAIR_WITH.
+# pairs: the paired measurement (PK_HOP_PAIRS), F (Ft) against PK_HOP_PAIR_WITH.
 pairs() {
-  local other=${PK_HOP_PAIR_WITH:-K1} burst=${PK_HOP_REQUESTS:-10000} port_f=$PORT port_o o_admin o_up
-  local floor_pid envoy_f envoy_o kernel_pid path_o i sc order e s a e0 s0 a0 out
-  case $other in K0) path_o=/k0/hop ;; K1) path_o=/k1/hop ;; K1c) path_o=/kc/hop ;;
-    *) echo "hop.sh: PK_HOP_PAIR_WITH is K0, K1 or K1c, not $other" >&2; exit 2 ;; esac
-  read -r port_o o_admin o_up <<<"$(free_ports 3)"
+  local other=${PK_HOP_PAIR_WITH:-K1} burst=${PK_HOP_REQUESTS:-10000} port_f=$PORT port_o o_admin o_up kport_o
+  local floor_pid envoy_f envoy_o kernel_pid path_o i sc order e s a e0 s0 a0 out fl=F
+  case $other in K0|K0t) path_o=/k0/hop ;; K1|K1t) path_o=/k1/hop ;; K1c) path_o=/kc/hop ;;
+    *) echo "hop.sh: PK_HOP_PAIR_WITH is K0, K1, K1c, K0t or K1t, not $other" >&2; exit 2 ;; esac
+  case $other in *t) fl=Ft ;; esac
+  read -r port_o o_admin o_up kport_o <<<"$(free_ports 4)"
   envoy_config "$RUN/envoy-o.yaml" "$port_o" "$o_admin" "$o_up" "$RUN/kernel-o.sock"
   sed -i 's/response_header_mode: SKIP/response_header_mode: SEND/' "$RUN/envoy-o.yaml"
   sed "s#socket_path: \"$RUN/kernel.sock\"#socket_path: \"$RUN/kernel-o.sock\"#" "$RUN/kernel.yaml" >"$RUN/kernel-o.yaml"
   grep -q kernel-o.sock "$RUN/kernel-o.yaml" || { echo "hop.sh: no paired kernel config" >&2; exit 1; }
+  if [ "$fl" = Ft ]; then
+    # Over TCP on loopback: the floor on KPORT (envoy-tcp.yaml), the kernel
+    # on a port of its own; the agent stays on its socket.
+    sed -i "s#{pipe: {path: \"$RUN/kernel-o.sock\"}}#{socket_address: {address: 127.0.0.1, port_value: $kport_o}}#" "$RUN/envoy-o.yaml"
+    sed -i "s/^    port: 0$/    port: $kport_o/" "$RUN/kernel-o.yaml"
+    { grep -q "port_value: $kport_o" "$RUN/envoy-o.yaml" && grep -q "port: $kport_o" "$RUN/kernel-o.yaml"; } \
+      || { echo "hop.sh: no TCP variant of the paired configs" >&2; exit 1; }
+  fi
   rm -f "$RUN"/*.sock
-  start floor "$BIN/pk-floor" --socket "$RUN/kernel.sock" --messages 2; floor_pid=$LAST_PID
+  if [ "$fl" = Ft ]; then
+    start floor "$BIN/pk-floor" --port "$KPORT" --messages 2; floor_pid=$LAST_PID
+  else
+    start floor "$BIN/pk-floor" --socket "$RUN/kernel.sock" --messages 2; floor_pid=$LAST_PID
+  fi
   start_agents ""
-  wait_for 20 test -S "$RUN/kernel.sock"
+  if [ "$fl" = Ft ]; then
+    wait_for 20 bash -c "exec 3<>/dev/tcp/127.0.0.1/$KPORT"
+  else
+    wait_for 20 test -S "$RUN/kernel.sock"
+  fi
   start kernel "$BIN/policy-kernel" --config "$RUN/kernel-o.yaml"; kernel_pid=$LAST_PID
   wait_for 30 test -S "$RUN/kernel-o.sock"
-  start envoy-f "$ENVOY" -c "$RUN/envoy-with.yaml" --concurrency 1 --disable-hot-restart -l warning --base-id "$port_f"
+  local envoy_f_config="$RUN/envoy-with.yaml"
+  [ "$fl" = Ft ] && envoy_f_config="$RUN/envoy-tcp.yaml"
+  start envoy-f "$ENVOY" -c "$envoy_f_config" --concurrency 1 --disable-hot-restart -l warning --base-id "$port_f"
   envoy_f=$LAST_PID
   start envoy-o "$ENVOY" -c "$RUN/envoy-o.yaml" --concurrency 1 --disable-hot-restart -l warning --base-id "$port_o"
   envoy_o=$LAST_PID
   { wait_for 30 envoy_live "$ADMIN" && wait_for 30 envoy_live "$o_admin"; } || { echo "hop.sh: an Envoy did not start: $RUN" >&2; exit 1; }
-  wait_for 30 curl -sf -o /dev/null "http://127.0.0.1:$port_f/k1/hop" || { echo "F not served: $RUN" >&2; exit 1; }
+  wait_for 30 curl -sf -o /dev/null "http://127.0.0.1:$port_f/k1/hop" || { echo "$fl not served: $RUN" >&2; exit 1; }
   wait_for 30 curl -sf -o /dev/null "http://127.0.0.1:$port_o$path_o" || { echo "$other not served: $RUN/kernel.log" >&2; exit 1; }
   : >"$RUN/pairs.jsonl"
   for i in $(seq 1 "$PK_HOP_PAIRS"); do
-    order="F $other"
-    [ $((i % 2)) -eq 0 ] && order="$other F"
+    order="$fl $other"
+    [ $((i % 2)) -eq 0 ] && order="$other $fl"
     for sc in $order; do
       out="$RUN/h2load-$sc-$i.txt" SC=$sc a=""
-      if [ "$sc" = F ]; then
+      if [ "$sc" = "$fl" ]; then
         PORT=$port_f PATH_=/k1/hop e=$envoy_f s=$floor_pid
       else
         PORT=$port_o PATH_=$path_o e=$envoy_o s=$kernel_pid
-        [ "$sc" = K0 ] || a=$EXAMPLE_PID
+        case $sc in K0|K0t) ;; *) a=$EXAMPLE_PID ;; esac
       fi
       load 500 "$RUN/warm.txt" "w$i"
       e0=$(oncpu_ns "$e"); s0=$(oncpu_ns "$s"); a0=0
@@ -309,33 +329,34 @@ PY
     done
   done
   PORT=$port_f
-  python3 - "$RUN/pairs.jsonl" "$burst" "$PK_HOP_PAIRS" "$other" <<'PY' | tee "$RUN/hop.md"
+  python3 - "$RUN/pairs.jsonl" "$burst" "$PK_HOP_PAIRS" "$other" "$fl" <<'PY' | tee "$RUN/hop.md"
 import json, statistics as st, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-n, pairs, other = int(sys.argv[2]), sys.argv[3], sys.argv[4]
+n, pairs, other, fl = int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
 by = {}
 for r in rows:
     r["ext_us"] = r["server_us"] + r["agent_us"]
     by.setdefault(r["pair"], {})[r["scenario"]] = r
-both = [p for p in by.values() if "F" in p and other in p]
-cpu = sorted(p[other]["ext_us"] / p["F"]["ext_us"] for p in both if p["F"]["ext_us"] > 0)
-rps = sorted(p[other]["rps"] / p["F"]["rps"] for p in both if p["F"]["rps"] > 0)
+both = [p for p in by.values() if fl in p and other in p]
+cpu = sorted(p[other]["ext_us"] / p[fl]["ext_us"] for p in both if p[fl]["ext_us"] > 0)
+rps = sorted(p[other]["rps"] / p[fl]["rps"] for p in both if p[fl]["rps"] > 0)
 def q(xs):
     if not xs:
         return [float("nan")] * 3
     return st.quantiles(xs, n=4, method="inclusive") if len(xs) > 1 else xs * 3
 med = lambda sc, k: st.median([r[k] for r in rows if r["scenario"] == sc])
 bad = sum(n - r["ok"] for r in rows)
-print(f"One agent hop through Envoy, in pairs (benches/hop.sh, PK_HOP_PAIRS={pairs}): F and {other} side by side, bursts of {n} requests in turn, h2load -c 16 -m 1; CPU per request in µs (medians); ratios per pair")
+tcp = ", Envoy reaching each ext_proc server over TCP on loopback" if fl == "Ft" else ""
+print(f"One agent hop through Envoy, in pairs (benches/hop.sh, PK_HOP_PAIRS={pairs}, PK_HOP_PAIR_WITH={other}): {fl} and {other} side by side{tcp}, bursts of {n} requests in turn, h2load -c 16 -m 1; CPU per request in µs (medians); ratios per pair")
 print()
-print("| scenario | req/s | Envoy | server | agent | ext_proc | ext_proc / F: median (quartiles) | req/s / F: median (quartiles) |")
+print(f"| scenario | req/s | Envoy | server | agent | ext_proc | ext_proc / {fl}: median (quartiles) | req/s / {fl}: median (quartiles) |")
 print("|---|---:|---:|---:|---:|---:|---|---|")
-for sc in ("F", other):
-    c = "1.00x" if sc == "F" else "**%.2fx** (%.2f-%.2f)" % (q(cpu)[1], q(cpu)[0], q(cpu)[2])
-    t = "1.00" if sc == "F" else "%.2f (%.2f-%.2f)" % (q(rps)[1], q(rps)[0], q(rps)[2])
+for sc in (fl, other):
+    c = "1.00x" if sc == fl else "**%.2fx** (%.2f-%.2f)" % (q(cpu)[1], q(cpu)[0], q(cpu)[2])
+    t = "1.00" if sc == fl else "%.2f (%.2f-%.2f)" % (q(rps)[1], q(rps)[0], q(rps)[2])
     print(f"| {sc} | {med(sc, 'rps'):,.0f} | {med(sc, 'envoy_us'):.1f} | {med(sc, 'server_us'):.1f} | {med(sc, 'agent_us'):.1f} | {med(sc, 'ext_us'):.1f} | {c} | {t} |")
 print()
-print("Per pair, ext_proc / F: " + ", ".join("%.2f" % x for x in cpu) + f". Requests not answered 2xx: {bad}.")
+print(f"Per pair, ext_proc / {fl}: " + ", ".join("%.2f" % x for x in cpu) + f". Requests not answered 2xx: {bad}.")
 PY
 }
 if [ -n "${PK_HOP_PAIRS:-}" ]; then
