@@ -405,17 +405,6 @@ mod tests {
     }
 
     #[test]
-    fn a_decoded_request_shares_the_call_buffer() {
-        let call = Bytes::from(full_request().encode_to_vec());
-        let r = RequestData::decode(call.clone()).expect("decodes");
-        let start = call.as_ptr() as usize;
-        let within = |s: &str| (start..start + call.len()).contains(&(s.as_ptr() as usize));
-        assert!(r.strings().all(|(_, s)| within(s)), "no copy");
-        drop(r);
-        assert!(call.is_unique(), "released with the request");
-    }
-
-    #[test]
     fn the_last_occurrence_wins_and_unknown_fields_are_skipped() {
         let mut buf = Generated {
             key: "a".into(),
@@ -438,26 +427,55 @@ mod tests {
     }
 
     #[test]
-    fn a_name_or_value_that_is_not_utf8_fails_as_prost_fails() {
+    fn a_string_that_is_not_utf8_fails_as_prost_fails() {
+        let field = |tag: u32| [(tag << 3 | 2) as u8, 2, b'a', 0xff];
+        let same = |ours: DecodeError, theirs: DecodeError, generated: &str, name: &str| {
+            assert_eq!(ours.to_string(), theirs.to_string().replace(generated, name));
+        };
         for tag in [KEY, VALUE] {
-            let buf = [(tag << 3 | 2) as u8, 2, b'a', 0xff];
+            let buf = field(tag);
             let ours = HeaderValue::decode(&buf[..]).expect_err("not UTF-8");
-            let theirs = Generated::decode(&buf[..]).expect_err("not UTF-8");
-            assert_eq!(
-                ours.to_string(),
-                theirs.to_string().replace("Generated.", "HeaderValue.")
+            same(
+                ours,
+                Generated::decode(&buf[..]).expect_err("not UTF-8"),
+                "Generated.",
+                "HeaderValue.",
+            );
+        }
+        // A bad header name inside the headers names every message on the way.
+        let mut inner = vec![(1 << 3 | 2) as u8, 3];
+        inner.extend([(KEY << 3 | 2) as u8, 1, 0xff]);
+        let mut nested = vec![(HEADERS << 3 | 2) as u8, inner.len() as u8];
+        nested.extend(inner);
+        for buf in [METHOD, PATH, SCHEME, AUTHORITY, CLIENT_IP]
+            .map(|t| field(t).to_vec())
+            .into_iter()
+            .chain([nested])
+        {
+            let ours = RequestData::decode(&buf[..]).expect_err("not UTF-8");
+            same(
+                ours,
+                GeneratedRequest::decode(&buf[..]).expect_err("not UTF-8"),
+                "GeneratedRequest.",
+                "RequestData.",
             );
         }
     }
 
     #[test]
-    fn a_decoded_header_shares_the_call_buffer() {
+    fn decoded_strings_share_the_call_buffer_and_release_it() {
+        let within = |call: &Bytes, s: &str| {
+            (call.as_ptr() as usize..call.as_ptr() as usize + call.len()).contains(&(s.as_ptr() as usize))
+        };
         let call = Bytes::from(HeaderValue::new("user-agent", "curl/8").encode_to_vec());
         let h = HeaderValue::decode(call.clone()).expect("decodes");
-        let start = call.as_ptr() as usize;
-        let within = |s: &str| (start..start + call.len()).contains(&(s.as_ptr() as usize));
-        assert!(within(&h.key) && within(&h.value), "no copy");
+        assert!(within(&call, &h.key) && within(&call, &h.value), "no copy");
         drop(h);
         assert!(call.is_unique(), "released with the header");
+        let call = Bytes::from(full_request().encode_to_vec());
+        let r = RequestData::decode(call.clone()).expect("decodes");
+        assert!(r.strings().all(|(_, s)| within(&call, s)), "no copy");
+        drop(r);
+        assert!(call.is_unique(), "released with the request");
     }
 }
