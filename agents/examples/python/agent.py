@@ -339,7 +339,12 @@ def serve(socket_path, mode, drain_s):
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    stop.wait()
+    # Python runs a signal handler in the main thread only, when it next runs
+    # Python code. The OS may hand the signal to one of gRPC's threads, and
+    # that does not wake a wait without a timeout: the agent would sleep
+    # through SIGTERM. So the main thread wakes twice a second.
+    while not stop.wait(0.5):
+        pass
     agent.draining.set()
     log.info("draining")
     server.stop(grace=drain_s).wait()

@@ -5,11 +5,13 @@ ExecutePolicyResponseChunk (tagEvents across the calls of a stream, raw
 chunks, bad params under each on_failure), ExecutePolicyResponse (a buffered
 event stream), the socket's mode, and a clean exit on SIGTERM. Then starts it again with its
 stderr on a pipe nobody reads and checks that calls that each log a warning
-are still answered. Exit status 0 when all pass.
+are still answered, and once more to check that a SIGTERM delivered to one
+of its other threads stops it too. Exit status 0 when all pass.
 
 Usage: python check.py
 """
 
+import ctypes
 import os
 import signal
 import stat
@@ -182,6 +184,25 @@ def stalled_stderr(tmp):
     check("clean exit on SIGTERM with stderr stalled", agent.returncode == 0, agent.returncode)
 
 
+def sigterm_to_another_thread(tmp):
+    """A SIGTERM that the OS hands to one of the agent's other threads (gRPC's,
+    the log writer's) stops it too: Python runs a signal handler only in the
+    main thread, so the main thread must not sleep through it."""
+    sock = os.path.join(tmp, "threads", "python.sock")
+    agent, channel = start(sock)
+    channel.close()
+    tids = [int(t) for t in os.listdir(f"/proc/{agent.pid}/task") if int(t) != agent.pid]
+    libc = ctypes.CDLL(None, use_errno=True)
+    sent = bool(tids) and libc.tgkill(agent.pid, tids[-1], signal.SIGTERM) == 0
+    try:
+        code = agent.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        agent.kill()
+        agent.wait()
+        code = None
+    check("clean exit on a SIGTERM to a thread other than the main one", sent and code == 0, (len(tids), sent, code))
+
+
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         sock = os.path.join(tmp, "agents", "python.sock")
@@ -225,6 +246,7 @@ def main():
         check("clean exit on SIGTERM", code == 0, code)
         check("socket removed on exit", not os.path.exists(sock))
         stalled_stderr(tmp)
+        sigterm_to_another_thread(tmp)
     print(f"{passed} passed, {failed} failed")
     return 0 if failed == 0 else 1
 
