@@ -40,7 +40,7 @@
 # without the machine's noise. Use a small PK_HOP_REQUESTS (2000).
 #
 # PK_HOP_PAIRS=P measures in pairs instead: F and one other scenario
-# (PK_HOP_PAIR_WITH, default K1; K0, K1 or K1c; or K0t or K1t, then against
+# (PK_HOP_PAIR_WITH, default K1; K0, K1, K1q or K1c; or K0t or K1t, then against
 # Ft, every Envoy reaching its ext_proc server over TCP) run side by side, each with
 # an Envoy of its own, both stacks up at once (the idle one waits in
 # epoll), and the load alternates between them in bursts of N requests
@@ -259,13 +259,15 @@ oncpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {p
 pairs() {
   local other=${PK_HOP_PAIR_WITH:-K1} burst=${PK_HOP_REQUESTS:-10000} port_f=$PORT port_o o_admin o_up kport_o
   local floor_pid envoy_f envoy_o kernel_pid path_o i sc order e s a e0 s0 a0 out fl=F
-  case $other in K0|K0t) path_o=/k0/hop ;; K1|K1t) path_o=/k1/hop ;; K1c) path_o=/kc/hop ;;
-    *) echo "hop.sh: PK_HOP_PAIR_WITH is K0, K1, K1c, K0t or K1t, not $other" >&2; exit 2 ;; esac
+  case $other in K0|K0t) path_o=/k0/hop ;; K1|K1q|K1t) path_o=/k1/hop ;; K1c) path_o=/kc/hop ;;
+    *) echo "hop.sh: PK_HOP_PAIR_WITH is K0, K1, K1q, K1c, K0t or K1t, not $other" >&2; exit 2 ;; esac
+  local kernel_config="$RUN/kernel.yaml"
+  [ "$other" = K1q ] && kernel_config="$RUN/kernel-quiet.yaml"
   case $other in *t) fl=Ft ;; esac
   read -r port_o o_admin o_up kport_o <<<"$(free_ports 4)"
   envoy_config "$RUN/envoy-o.yaml" "$port_o" "$o_admin" "$o_up" "$RUN/kernel-o.sock"
   sed -i 's/response_header_mode: SKIP/response_header_mode: SEND/' "$RUN/envoy-o.yaml"
-  sed "s#socket_path: \"$RUN/kernel.sock\"#socket_path: \"$RUN/kernel-o.sock\"#" "$RUN/kernel.yaml" >"$RUN/kernel-o.yaml"
+  sed "s#socket_path: \"$RUN/kernel.sock\"#socket_path: \"$RUN/kernel-o.sock\"#" "$kernel_config" >"$RUN/kernel-o.yaml"
   grep -q kernel-o.sock "$RUN/kernel-o.yaml" || { echo "hop.sh: no paired kernel config" >&2; exit 1; }
   if [ "$fl" = Ft ]; then
     # Over TCP on loopback: the floor on KPORT (envoy-tcp.yaml), the kernel
