@@ -206,6 +206,14 @@ async fn a_key_removed_from_the_key_file_is_refused_once_the_agent_restarts() {
     assert_eq!(hits(&s, "users", "apiKeyAuth"), 2.0);
 
     std::fs::write(&keys, key_line("k-alice", "alice")).unwrap();
+    // Stopped, and seen gone by the kernel, before it starts again: a restart
+    // alone can be answered "healthy" by the kernel before it notices.
+    s.agent_mut("auth").kill();
+    until("the kernel sees the agent down", Duration::from_secs(20), || async {
+        let (_, cfg) = s.kernel.admin_get("/config");
+        serde_json::from_str::<serde_json::Value>(&cfg).is_ok_and(|c| c["agents"][0]["healthy"] == false)
+    })
+    .await;
     s.agent_mut("auth").restart();
     s.until_agents_healthy().await;
     let got = s.get("/users/1", &bob).await;
