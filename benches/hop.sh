@@ -269,30 +269,23 @@ pairs() {
   sed -i 's/response_header_mode: SKIP/response_header_mode: SEND/' "$RUN/envoy-o.yaml"
   sed "s#socket_path: \"$RUN/kernel.sock\"#socket_path: \"$RUN/kernel-o.sock\"#" "$kernel_config" >"$RUN/kernel-o.yaml"
   grep -q kernel-o.sock "$RUN/kernel-o.yaml" || { echo "hop.sh: no paired kernel config" >&2; exit 1; }
+  # The floor: how it listens, how to see it up, its Envoy's config.
+  local floor_at=(--socket "$RUN/kernel.sock") floor_up=(test -S "$RUN/kernel.sock") envoy_f_config="$RUN/envoy-with.yaml"
   if [ "$fl" = Ft ]; then
     # Over TCP on loopback: the floor on KPORT (envoy-tcp.yaml), the kernel
     # on a port of its own; the agent stays on its socket.
+    floor_at=(--port "$KPORT") floor_up=(bash -c "exec 3<>/dev/tcp/127.0.0.1/$KPORT") envoy_f_config="$RUN/envoy-tcp.yaml"
     sed -i "s#{pipe: {path: \"$RUN/kernel-o.sock\"}}#{socket_address: {address: 127.0.0.1, port_value: $kport_o}}#" "$RUN/envoy-o.yaml"
     sed -i "s/^    port: 0$/    port: $kport_o/" "$RUN/kernel-o.yaml"
     { grep -q "port_value: $kport_o" "$RUN/envoy-o.yaml" && grep -q "port: $kport_o" "$RUN/kernel-o.yaml"; } \
       || { echo "hop.sh: no TCP variant of the paired configs" >&2; exit 1; }
   fi
   rm -f "$RUN"/*.sock
-  if [ "$fl" = Ft ]; then
-    start floor "$BIN/pk-floor" --port "$KPORT" --messages 2; floor_pid=$LAST_PID
-  else
-    start floor "$BIN/pk-floor" --socket "$RUN/kernel.sock" --messages 2; floor_pid=$LAST_PID
-  fi
+  start floor "$BIN/pk-floor" "${floor_at[@]}" --messages 2; floor_pid=$LAST_PID
   start_agents ""
-  if [ "$fl" = Ft ]; then
-    wait_for 20 bash -c "exec 3<>/dev/tcp/127.0.0.1/$KPORT"
-  else
-    wait_for 20 test -S "$RUN/kernel.sock"
-  fi
+  wait_for 20 "${floor_up[@]}"
   start kernel "$BIN/policy-kernel" --config "$RUN/kernel-o.yaml"; kernel_pid=$LAST_PID
   wait_for 30 test -S "$RUN/kernel-o.sock"
-  local envoy_f_config="$RUN/envoy-with.yaml"
-  [ "$fl" = Ft ] && envoy_f_config="$RUN/envoy-tcp.yaml"
   start envoy-f "$ENVOY" -c "$envoy_f_config" --concurrency 1 --disable-hot-restart -l warning --base-id "$port_f"
   envoy_f=$LAST_PID
   start envoy-o "$ENVOY" -c "$RUN/envoy-o.yaml" --concurrency 1 --disable-hot-restart -l warning --base-id "$port_o"

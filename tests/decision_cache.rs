@@ -210,8 +210,7 @@ async fn a_key_removed_from_the_key_file_is_refused_once_the_agent_restarts() {
     // alone can be answered "healthy" by the kernel before it notices.
     s.agent_mut("auth").kill();
     until("the kernel sees the agent down", Duration::from_secs(20), || async {
-        let (_, cfg) = s.kernel.admin_get("/config");
-        serde_json::from_str::<serde_json::Value>(&cfg).is_ok_and(|c| c["agents"][0]["healthy"] == false)
+        s.kernel.agents_health() == [false]
     })
     .await;
     s.agent_mut("auth").restart();

@@ -204,18 +204,25 @@ impl KernelProc {
         super::sample(&text, sample)
     }
 
+    /// Whether each agent the kernel has discovered is healthy, in the order
+    /// of `/config` (empty when it cannot be read).
+    pub fn agents_health(&self) -> Vec<bool> {
+        let (_, cfg) = self.admin_get("/config");
+        serde_json::from_str::<serde_json::Value>(&cfg)
+            .ok()
+            .and_then(|c| {
+                c["agents"]
+                    .as_array()
+                    .map(|a| a.iter().map(|x| x["healthy"] == true).collect())
+            })
+            .unwrap_or_default()
+    }
+
     /// Waits until the kernel has discovered `count` agents, all healthy.
     pub async fn until_agents_healthy(&self, count: usize) {
         until("agents healthy", Duration::from_secs(20), || async {
-            let (_, cfg) = self.admin_get("/config");
-            serde_json::from_str::<serde_json::Value>(&cfg)
-                .ok()
-                .and_then(|c| {
-                    c["agents"]
-                        .as_array()
-                        .map(|a| a.len() == count && a.iter().all(|x| x["healthy"] == true))
-                })
-                .unwrap_or(false)
+            let health = self.agents_health();
+            health.len() == count && health.iter().all(|&h| h)
         })
         .await;
     }
