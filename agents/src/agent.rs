@@ -235,7 +235,9 @@ impl Agent {
         };
         shared.registry.shutdown().await;
         tracing::info!("agent stopped");
-        // Lines held back while stderr was not being read get a last chance.
+        // This thread's held lines go out first (policy_net::log_batch), then
+        // lines held back while stderr was not being read get a last chance.
+        policy_net::log_batch::flush();
         let _ = tokio::task::spawn_blocking(crate::cli::flush_logs).await;
         result
     }

@@ -1,7 +1,8 @@
 //! Shared by the kernel and its agents: Unix-socket streams that wake their
 //! task only for reads ([`UnixConn`]), the gRPC codec of the agent protocol
 //! ([`codec::ContiguousCodec`]), and log output that never blocks the
-//! threads that log ([`log_output::Output`]), the framing of
+//! threads that log ([`log_output::Output`]) and that a runtime thread writes
+//! once per wake-up ([`log_batch`]), the framing of
 //! server-sent events in streamed bodies ([`sse`]), and the async runtime
 //! sized to the CPUs the process may use ([`runtime`]).
 //!
@@ -27,6 +28,7 @@ use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
 pub mod codec;
+pub mod log_batch;
 pub mod log_output;
 pub mod runtime;
 pub mod sse;

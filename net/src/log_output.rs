@@ -150,7 +150,10 @@ impl Output {
     }
 
     /// Gives the backlog up to `timeout` to get out (at exit).
+    /// The calling thread's held lines ([`crate::log_batch`]) go first, and
+    /// its later lines are written at once.
     pub fn flush(&self, timeout: Duration) {
+        crate::log_batch::stop();
         let deadline = Instant::now() + timeout;
         loop {
             let mut b = self.lock();
@@ -241,12 +244,14 @@ fn wait_writable(fd: libc::c_int, timeout: Duration) {
 #[derive(Clone, Copy)]
 pub struct Writer(pub &'static Output);
 
-/// One event's writer (the formatter writes each line with one call).
+/// One event's writer (the formatter writes each line with one call). A
+/// runtime worker holds its lines until it waits for work
+/// ([`crate::log_batch`]).
 pub struct LineWriter(&'static Output);
 
 impl io::Write for LineWriter {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0.write_line(buf);
+        crate::log_batch::write(self.0, buf);
         Ok(buf.len())
     }
     fn flush(&mut self) -> io::Result<()> {

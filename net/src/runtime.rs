@@ -32,6 +32,7 @@ pub fn workers(threads: usize, cpus: usize) -> Option<usize> {
 
 /// Builds a runtime with every driver enabled: `threads` workers (0: one per
 /// CPU the process may use), a current-thread runtime when that is one.
+/// Its workers write their log lines once per wake-up ([`crate::log_batch`]).
 pub fn build(threads: usize, name: &str) -> io::Result<tokio::runtime::Runtime> {
     let mut builder = match workers(threads, available_cpus()) {
         None => tokio::runtime::Builder::new_current_thread(),
@@ -41,7 +42,14 @@ pub fn build(threads: usize, name: &str) -> io::Result<tokio::runtime::Runtime> 
             b
         }
     };
-    builder.enable_all().thread_name(name).build()
+    // Each worker holds its log lines while it works and writes them with
+    // one write before it waits for work (crate::log_batch).
+    builder
+        .enable_all()
+        .thread_name(name)
+        .on_thread_unpark(crate::log_batch::hold)
+        .on_thread_park(crate::log_batch::flush)
+        .build()
 }
 
 #[cfg(test)]
