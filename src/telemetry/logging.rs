@@ -96,6 +96,11 @@ impl Fields<'_, '_> {
             self.result = self.out.write_fmt(args);
         }
     }
+    fn integer(&mut self, value: impl itoa::Integer) {
+        if self.result.is_ok() {
+            self.result = self.out.write_str(itoa::Buffer::new().format(value));
+        }
+    }
     fn string(&mut self, value: &str) {
         if self.result.is_ok() {
             self.result = write_json_str(self.out, value);
@@ -124,11 +129,11 @@ impl Visit for Fields<'_, '_> {
     }
     fn record_i64(&mut self, field: &Field, value: i64) {
         self.key(field);
-        self.write(format_args!("{value}"));
+        self.integer(value);
     }
     fn record_u64(&mut self, field: &Field, value: u64) {
         self.key(field);
-        self.write(format_args!("{value}"));
+        self.integer(value);
     }
     fn record_f64(&mut self, field: &Field, value: f64) {
         self.key(field);
@@ -188,6 +193,14 @@ impl<W: fmt::Write> fmt::Write for JsonEscape<'_, W> {
 /// multi-byte UTF-8 character is 0x80 or above, and each cut falls between
 /// characters.
 fn write_json_escaped(out: &mut impl fmt::Write, s: &str) -> fmt::Result {
+    // Most text needs no escape: one pass without branches (which the
+    // compiler vectorises) tells, and the text is written whole.
+    let needs_escape = s
+        .bytes()
+        .fold(false, |any, b| any | (b < 0x20) | (b == b'"') | (b == b'\\'));
+    if !needs_escape {
+        return out.write_str(s);
+    }
     let mut plain = 0;
     for (i, &b) in s.as_bytes().iter().enumerate() {
         let esc: Option<&str> = match b {
