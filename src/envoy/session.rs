@@ -127,29 +127,35 @@ fn client_ip(addr: &str) -> String {
         .unwrap_or_else(|_| addr.to_string())
 }
 
+/// A header's bytes as text, without a copy when they are UTF-8 (they
+/// always are from Envoy, which sends `raw_value`); other bytes become
+/// U+FFFD.
+fn text(raw: Vec<u8>) -> String {
+    String::from_utf8(raw).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
 fn request_ctx(h: HttpHeaders, attrs: &HashMap<String, Struct>) -> RequestCtx {
     let mut ctx = RequestCtx {
         client_ip: string_attr(attrs, "source.address").map(client_ip).unwrap_or_default(),
         ..Default::default()
     };
     for v in h.headers.map(|m| m.headers).unwrap_or_default() {
-        let value = if v.raw_value.is_empty() {
-            Bytes::from(v.value)
+        let raw = if v.raw_value.is_empty() {
+            v.value.into_bytes()
         } else {
-            Bytes::from(v.raw_value)
+            v.raw_value
         };
-        let text = || String::from_utf8_lossy(&value).into_owned();
         match v.key.as_str() {
-            ":method" => ctx.method = text(),
-            ":path" => ctx.path = text(),
-            ":scheme" => ctx.scheme = text(),
-            ":authority" => ctx.authority = text(),
+            ":method" => ctx.method = text(raw),
+            ":path" => ctx.path = text(raw),
+            ":scheme" => ctx.scheme = text(raw),
+            ":authority" => ctx.authority = text(raw),
             k if k.starts_with(':') => {}
             _ => {
                 if v.key == "x-request-id" && ctx.request_id.is_empty() {
-                    ctx.request_id = text();
+                    ctx.request_id = String::from_utf8_lossy(&raw).into_owned();
                 }
-                ctx.headers.push((v.key, value));
+                ctx.headers.push((v.key, Bytes::from(raw)));
             }
         }
     }
@@ -723,5 +729,49 @@ impl Drop for Active {
         });
         tracing::info!(request_id = self.request.request_id.as_str(), route_name = self.route.name.as_str(), duration_ms,
             metadata_json = %metadata, "Policy chain executed across multiple agents");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use envoy_types::pb::envoy::config::core::v3::{HeaderMap, HeaderValue};
+
+    use super::*;
+
+    fn header(key: &str, value: &str, raw: &[u8]) -> HeaderValue {
+        HeaderValue {
+            key: key.into(),
+            value: value.into(),
+            raw_value: raw.to_vec(),
+        }
+    }
+
+    /// Pseudo-headers become the request's fields (from `raw_value`, or
+    /// `value` without it; bytes that are not UTF-8 become U+FFFD); other
+    /// headers keep their bytes, and `x-request-id` is both.
+    #[test]
+    fn request_headers_become_the_request_context() {
+        let h = HttpHeaders {
+            headers: Some(HeaderMap {
+                headers: vec![
+                    header(":method", "", b"POST"),
+                    header(":path", "", b"/a\xffb?q=1"),
+                    header(":scheme", "https", b""),
+                    header(":authority", "", b"api.example"),
+                    header(":protocol", "", b"websocket"),
+                    header("x-request-id", "", b"req-1"),
+                    header("x-bin", "", b"\x80\x81"),
+                ],
+            }),
+            ..Default::default()
+        };
+        let ctx = request_ctx(h, &HashMap::new());
+        assert_eq!(ctx.method, "POST");
+        assert_eq!(ctx.path, "/a\u{fffd}b?q=1");
+        assert_eq!(ctx.scheme, "https");
+        assert_eq!(ctx.authority, "api.example");
+        assert_eq!(ctx.request_id, "req-1");
+        let headers: Vec<(&str, &[u8])> = ctx.headers.iter().map(|(k, v)| (k.as_str(), v.as_ref())).collect();
+        assert_eq!(headers, [("x-request-id", &b"req-1"[..]), ("x-bin", &b"\x80\x81"[..])]);
     }
 }
