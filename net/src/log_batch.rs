@@ -67,61 +67,54 @@ thread_local! {
     };
 }
 
+/// Runs `f` on this thread's held lines; `None` while they are in use or
+/// gone (the thread is ending).
+fn with_held<R>(f: impl FnOnce(&mut Held) -> R) -> Option<R> {
+    HELD.try_with(|h| h.try_borrow_mut().ok().map(|mut h| f(&mut h)))
+        .ok()
+        .flatten()
+}
+
 /// From now on, this thread's lines are held until [`flush`] (or until it
 /// holds [`HELD_MAX`] bytes). The runtime calls it each time a worker
 /// wakes up.
 pub fn hold() {
-    let _ = HELD.try_with(|h| {
-        if let Ok(mut h) = h.try_borrow_mut() {
-            h.on = true;
-        }
-    });
+    with_held(|h| h.on = true);
 }
 
 /// Writes the lines this thread holds. The runtime calls it before a worker
 /// waits for work.
 pub fn flush() {
-    let _ = HELD.try_with(|h| {
-        if let Ok(mut h) = h.try_borrow_mut() {
-            h.write_out();
-        }
-    });
+    with_held(Held::write_out);
 }
 
 /// Writes the lines this thread holds, and its later lines at once.
 pub(crate) fn stop() {
-    let _ = HELD.try_with(|h| {
-        if let Ok(mut h) = h.try_borrow_mut() {
-            h.write_out();
-            h.on = false;
-        }
+    with_held(|h| {
+        h.write_out();
+        h.on = false;
     });
 }
 
 /// Holds `line` (one or more whole lines) for `out` when this thread holds
 /// its lines, else writes it at once.
 pub(crate) fn write(out: &'static Output, line: &[u8]) {
-    let held = HELD
-        .try_with(|h| {
-            let Ok(mut h) = h.try_borrow_mut() else {
-                return false;
-            };
-            if !h.on {
-                return false;
-            }
-            let other = h.out.is_some_and(|o| !std::ptr::eq(o, out));
-            if other || h.bytes.len() + line.len() > HELD_MAX {
-                h.write_out();
-            }
-            if line.len() > HELD_MAX {
-                return false;
-            }
-            h.out = Some(out);
-            h.bytes.extend_from_slice(line);
-            true
-        })
-        .unwrap_or(false);
-    if !held {
+    let held = with_held(|h| {
+        if !h.on {
+            return false;
+        }
+        let other = h.out.is_some_and(|o| !std::ptr::eq(o, out));
+        if other || h.bytes.len() + line.len() > HELD_MAX {
+            h.write_out();
+        }
+        if line.len() > HELD_MAX {
+            return false;
+        }
+        h.out = Some(out);
+        h.bytes.extend_from_slice(line);
+        true
+    });
+    if held != Some(true) {
         out.write_line(line);
     }
 }
