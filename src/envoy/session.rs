@@ -12,6 +12,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::service::ext_proc::v3::{
     processing_request::Request, HttpHeaders, ProcessingRequest, ProcessingResponse,
 };
@@ -134,28 +135,40 @@ fn text(raw: Vec<u8>) -> String {
     String::from_utf8(raw).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
+/// A header's name and bytes: Envoy sends them in `raw_value`, `value` is
+/// the fallback of older senders.
+fn header_bytes(v: HeaderValue) -> (String, Vec<u8>) {
+    let raw = if v.raw_value.is_empty() {
+        v.value.into_bytes()
+    } else {
+        v.raw_value
+    };
+    (v.key, raw)
+}
+
 fn request_ctx(h: HttpHeaders, attrs: &HashMap<String, Struct>) -> RequestCtx {
     let mut ctx = RequestCtx {
         client_ip: string_attr(attrs, "source.address").map(client_ip).unwrap_or_default(),
         ..Default::default()
     };
-    for v in h.headers.map(|m| m.headers).unwrap_or_default() {
-        let raw = if v.raw_value.is_empty() {
-            v.value.into_bytes()
-        } else {
-            v.raw_value
-        };
-        match v.key.as_str() {
+    for (key, raw) in h
+        .headers
+        .map(|m| m.headers)
+        .unwrap_or_default()
+        .into_iter()
+        .map(header_bytes)
+    {
+        match key.as_str() {
             ":method" => ctx.method = text(raw),
             ":path" => ctx.path = text(raw),
             ":scheme" => ctx.scheme = text(raw),
             ":authority" => ctx.authority = text(raw),
             k if k.starts_with(':') => {}
             _ => {
-                if v.key == "x-request-id" && ctx.request_id.is_empty() {
+                if key == "x-request-id" && ctx.request_id.is_empty() {
                     ctx.request_id = String::from_utf8_lossy(&raw).into_owned();
                 }
-                ctx.headers.push((v.key, Bytes::from(raw)));
+                ctx.headers.push((key, Bytes::from(raw)));
             }
         }
     }
@@ -167,21 +180,17 @@ fn request_ctx(h: HttpHeaders, attrs: &HashMap<String, Struct>) -> RequestCtx {
 
 fn response_ctx(h: HttpHeaders) -> ResponseCtx {
     let mut ctx = ResponseCtx::default();
-    for v in h.headers.map(|m| m.headers).unwrap_or_default() {
-        let value = if v.raw_value.is_empty() {
-            Bytes::from(v.value)
-        } else {
-            Bytes::from(v.raw_value)
-        };
-        match v.key.as_str() {
-            ":status" => {
-                ctx.status = std::str::from_utf8(&value)
-                    .ok()
-                    .and_then(|s| s.parse().ok())
-                    .unwrap_or(0)
-            }
+    for (key, raw) in h
+        .headers
+        .map(|m| m.headers)
+        .unwrap_or_default()
+        .into_iter()
+        .map(header_bytes)
+    {
+        match key.as_str() {
+            ":status" => ctx.status = std::str::from_utf8(&raw).ok().and_then(|s| s.parse().ok()).unwrap_or(0),
             k if k.starts_with(':') => {}
-            _ => ctx.headers.push((v.key, value)),
+            _ => ctx.headers.push((key, Bytes::from(raw))),
         }
     }
     ctx
@@ -733,45 +742,4 @@ impl Drop for Active {
 }
 
 #[cfg(test)]
-mod tests {
-    use envoy_types::pb::envoy::config::core::v3::{HeaderMap, HeaderValue};
-
-    use super::*;
-
-    fn header(key: &str, value: &str, raw: &[u8]) -> HeaderValue {
-        HeaderValue {
-            key: key.into(),
-            value: value.into(),
-            raw_value: raw.to_vec(),
-        }
-    }
-
-    /// Pseudo-headers become the request's fields (from `raw_value`, or
-    /// `value` without it; bytes that are not UTF-8 become U+FFFD); other
-    /// headers keep their bytes, and `x-request-id` is both.
-    #[test]
-    fn request_headers_become_the_request_context() {
-        let h = HttpHeaders {
-            headers: Some(HeaderMap {
-                headers: vec![
-                    header(":method", "", b"POST"),
-                    header(":path", "", b"/a\xffb?q=1"),
-                    header(":scheme", "https", b""),
-                    header(":authority", "", b"api.example"),
-                    header(":protocol", "", b"websocket"),
-                    header("x-request-id", "", b"req-1"),
-                    header("x-bin", "", b"\x80\x81"),
-                ],
-            }),
-            ..Default::default()
-        };
-        let ctx = request_ctx(h, &HashMap::new());
-        assert_eq!(ctx.method, "POST");
-        assert_eq!(ctx.path, "/a\u{fffd}b?q=1");
-        assert_eq!(ctx.scheme, "https");
-        assert_eq!(ctx.authority, "api.example");
-        assert_eq!(ctx.request_id, "req-1");
-        let headers: Vec<(&str, &[u8])> = ctx.headers.iter().map(|(k, v)| (k.as_str(), v.as_ref())).collect();
-        assert_eq!(headers, [("x-request-id", &b"req-1"[..]), ("x-bin", &b"\x80\x81"[..])]);
-    }
-}
+mod tests;
