@@ -129,15 +129,15 @@ async fn round_with(agent: &AgentHandle, force: bool) -> bool {
     changed
 }
 
-/// Spawns the watch task of `agent`. It ends when the handle is dropped.
+/// Spawns the watch task of `agent`, which its caller has just checked
+/// (start-up and reload run a round first): the task's first round comes
+/// one wait later, not at once a second time. It ends when the handle is
+/// dropped.
 pub fn spawn_watch(agent: &Arc<AgentHandle>, changed: Arc<Notify>) {
     let weak: Weak<AgentHandle> = Arc::downgrade(agent);
     tokio::spawn(async move {
         loop {
             let Some(agent) = weak.upgrade() else { break };
-            if round(&agent).await {
-                changed.notify_one();
-            }
             let interval = Duration::from_millis(agent.config.health_check_interval_ms);
             let wait = if agent.discovered().is_none() || !agent.is_healthy() {
                 interval.min(Duration::from_secs(1))
@@ -146,6 +146,10 @@ pub fn spawn_watch(agent: &Arc<AgentHandle>, changed: Arc<Notify>) {
             };
             drop(agent);
             tokio::time::sleep(wait).await;
+            let Some(agent) = weak.upgrade() else { break };
+            if round(&agent).await {
+                changed.notify_one();
+            }
         }
     });
 }
