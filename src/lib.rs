@@ -31,7 +31,9 @@
 //! - [`upgrade`] — `supervise` and `upgrade`: the parent that owns the
 //!   listening sockets and runs the kernel as generations, upgrades and
 //!   restarts that fail no request, the generation header.
-//! - [`telemetry`] — JSON logs, Prometheus metrics, OpenTelemetry traces.
+//! - [`telemetry`] — JSON logs (the per-request summary line written
+//!   without tracing's per-event machinery), Prometheus metrics,
+//!   OpenTelemetry traces.
 //! - [`proto`] — generated types of `proto/policy_agent.proto`.
 //! - [`wire`] — policy calls encoded once from borrowed request data.
 //!

@@ -439,9 +439,11 @@ async fn sighup_bursts_coalesce_and_reload_changes_the_log_level() {
     let kernel = KernelProc::start(dir.path(), &body("first"));
     let mut client = extproc::connect(&kernel.socket).await;
     one(&mut client, Some("nowhere"), &[]).await;
+    one(&mut client, Some("first"), &[]).await;
     let unknown_lines = || kernel.log().matches("Route not found").count();
+    let request_lines = || kernel.log().matches("Request processed successfully").count();
     let deadline = Instant::now() + Duration::from_secs(5);
-    while unknown_lines() == 0 {
+    while unknown_lines() == 0 || request_lines() == 0 {
         assert!(Instant::now() < deadline, "info logs missing at level debug");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -474,11 +476,13 @@ async fn sighup_bursts_coalesce_and_reload_changes_the_log_level() {
     );
     assert_eq!(kernel.metric("policy_kernel_config_version"), 1.0 + reloads);
 
-    // Info events are gone at level warn.
-    let before = unknown_lines();
+    // Info events are gone at level warn, the request summary line too.
+    let (before, requests_before) = (unknown_lines(), request_lines());
     one(&mut client, Some("nowhere-else"), &[]).await;
+    one(&mut client, Some("last"), &[]).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(unknown_lines(), before, "info log emitted after the reload to warn");
+    assert_eq!(request_lines(), requests_before, "request line written at level warn");
 }
 
 /// A reload applies routes at once, keeps the settings read at startup, and

@@ -28,6 +28,7 @@ use crate::plan::{plan_healthy, plan_route, Plan, PlanError};
 use crate::snapshot::{Route, Snapshot};
 use crate::stream::{self, StreamCtx, Streamer};
 use crate::telemetry::metrics::{metrics, NoCall};
+use crate::telemetry::request_log::{self, RequestLine};
 use crate::telemetry::tracing::{end, RequestTrace, TraceHeaders};
 use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
 use opentelemetry::KeyValue;
@@ -703,16 +704,19 @@ impl Drop for Active {
         let Some(first) = calls.first().map(|c| c.agent) else {
             return;
         };
+        let mut line = RequestLine {
+            message: "Request processed successfully",
+            request_id: &self.request.request_id,
+            route_name: &self.route.name,
+            agent_name: None,
+            duration_ms,
+        };
         if calls.iter().all(|c| c.agent == first) {
-            tracing::info!(
-                request_id = self.request.request_id.as_str(),
-                route_name = self.route.name.as_str(),
-                agent_name = name(first),
-                duration_ms,
-                metadata_json =
-                    format_args!("{{\"policies_executed\":{total_policies},\"instructions_count\":{instructions}}}"),
-                "Request processed successfully"
-            );
+            line.agent_name = Some(name(first));
+            line.write(request_log::Metadata::Counts {
+                policies_executed: total_policies,
+                instructions_count: instructions,
+            });
             return;
         }
         let mut per_agent = serde_json::Map::new();
@@ -736,8 +740,8 @@ impl Drop for Active {
             "total_instructions": instructions,
             "agent_durations_ms": durations,
         });
-        tracing::info!(request_id = self.request.request_id.as_str(), route_name = self.route.name.as_str(), duration_ms,
-            metadata_json = %metadata, "Policy chain executed across multiple agents");
+        line.message = "Policy chain executed across multiple agents";
+        line.write(request_log::Metadata::Json(&metadata.to_string()));
     }
 }
 

@@ -173,7 +173,7 @@ impl Visit for Fields<'_, '_> {
 }
 
 /// Writes `s` as a JSON string literal (quotes and escapes included).
-fn write_json_str(out: &mut impl fmt::Write, s: &str) -> fmt::Result {
+pub(super) fn write_json_str(out: &mut impl fmt::Write, s: &str) -> fmt::Result {
     out.write_char('"')?;
     write_json_escaped(out, s)?;
     out.write_char('"')
@@ -296,15 +296,21 @@ mod tests {
         }
     }
 
-    fn lines(log: impl FnOnce()) -> Vec<Value> {
+    /// What `log` logs, as the formatter writes it.
+    fn text(log: impl FnOnce()) -> String {
         let buf = Buf::default();
         let subscriber = tracing_subscriber::fmt()
             .event_format(JsonFormat)
             .with_writer(buf.clone())
             .finish();
         tracing::subscriber::with_default(subscriber, log);
-        let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
-        text.lines()
+        let bytes = buf.0.lock().unwrap().clone();
+        String::from_utf8(bytes).unwrap()
+    }
+
+    fn lines(log: impl FnOnce()) -> Vec<Value> {
+        text(log)
+            .lines()
             .inspect(|l| assert_eq!(l.matches("\"message\":").count(), 1, "one message per line: {l}"))
             .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
             .collect()
@@ -364,6 +370,63 @@ mod tests {
         assert_eq!(out[2]["error"], "refused");
         assert_eq!(out[3]["message"], module_path!());
         assert_eq!(out[4]["message"], "data will be lost");
+    }
+
+    /// The request line written without tracing is the line the tracing
+    /// formatter writes for the same fields, byte for byte but for the time.
+    #[test]
+    fn the_request_line_is_the_line_of_a_traced_event() {
+        use super::super::request_log::{Metadata, RequestLine};
+        let hostile = "r \"1\" \\ \n\u{1} é";
+        let multi = r#"{"total_policies":3,"agent_sequence":["a","b"]}"#;
+        let traced = text(|| {
+            tracing::info!(
+                request_id = hostile,
+                route_name = "route \"x\"",
+                agent_name = "agent-a",
+                duration_ms = 7u64,
+                metadata_json = format_args!("{{\"policies_executed\":2,\"instructions_count\":5}}"),
+                "Request processed successfully"
+            );
+            tracing::info!(request_id = hostile, route_name = "route \"x\"", duration_ms = 9u64,
+                metadata_json = %multi, "Policy chain executed across multiple agents");
+        });
+        let mut direct = String::new();
+        let mut line = RequestLine {
+            message: "Request processed successfully",
+            request_id: hostile,
+            route_name: "route \"x\"",
+            agent_name: Some("agent-a"),
+            duration_ms: 7,
+        };
+        let now = std::time::SystemTime::now();
+        line.format(
+            &mut direct,
+            now,
+            &Metadata::Counts {
+                policies_executed: 2,
+                instructions_count: 5,
+            },
+        );
+        line.message = "Policy chain executed across multiple agents";
+        line.agent_name = None;
+        line.duration_ms = 9;
+        line.format(&mut direct, now, &Metadata::Json(multi));
+        // The time is the one part that differs: `{"timestamp":"` and 27
+        // characters.
+        let untimed = |text: &str| -> Vec<String> {
+            text.split_inclusive('\n')
+                .map(|l| format!("{}{}", &l[..14], &l[41..]))
+                .collect()
+        };
+        assert_eq!(untimed(&direct), untimed(&traced));
+        assert_eq!(direct.lines().count(), 2);
+        let first: Value = serde_json::from_str(direct.lines().next().unwrap_or_default()).expect("JSON");
+        assert_eq!(first["request_id"], hostile);
+        assert_eq!(first["metadata"]["instructions_count"], 5);
+        assert!(first["timestamp"]
+            .as_str()
+            .is_some_and(|t| t.ends_with('Z') && t.len() == 27));
     }
 
     #[test]

@@ -2,6 +2,7 @@
 
 pub mod logging;
 pub mod metrics;
+pub mod request_log;
 pub mod stdout;
 pub mod tracing;
 
