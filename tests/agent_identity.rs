@@ -191,7 +191,7 @@ async fn the_kernels_socket_admits_only_the_allowed_uids() {
         let refused = kernel.metric("policy_kernel_ext_proc_peers_refused_total{reason=\"uid_not_allowed\"}");
         if want == 500 {
             assert!(refused >= 1.0, "{}", kernel.admin_get("/metrics").1);
-            assert!(kernel.log().contains("peer uid is not in server.allowed_peer_uids"));
+            assert!(kernel.log_has("peer uid is not in server.allowed_peer_uids"));
             assert!(agent.events().is_empty(), "the agent was called: {:?}", agent.events());
         } else {
             assert_eq!(refused, 0.0);

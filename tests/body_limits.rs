@@ -98,7 +98,7 @@ async fn chunked_bodies_are_counted_and_refused_past_the_limit() {
     }
     assert_eq!(calls(), 1.0, "an oversized body reached the policy");
     assert!(
-        kernel.log().contains("request body without content-length larger than"),
+        kernel.log_has("request body without content-length larger than"),
         "{}",
         kernel.log()
     );

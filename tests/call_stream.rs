@@ -159,7 +159,7 @@ async fn an_agent_restart_fails_calls_in_flight_and_the_next_calls_reconnect() {
     assert_eq!(r.status, 500, "{}\n{}", r.body, st.kernel.log());
     assert!(r.body.contains("POLICY_EXECUTION_FAILED"), "{}", r.body);
     assert!(
-        st.kernel.log().contains("call stream closed"),
+        st.kernel.log_has("call stream closed"),
         "not failed by the restart:\n{}",
         st.kernel.log()
     );

@@ -309,7 +309,7 @@ async fn a_compaction_during_a_kernels_disconnect_leads_to_a_full_read() {
     )
     .await;
     assert_eq!(f.apis[1].route_names().await, ["deny", "users"]);
-    assert!(f.stacks[1].kernel.log().contains("store key routes/bad: not a route"));
+    assert!(f.stacks[1].kernel.log_has("store key routes/bad: not a route"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -433,9 +433,5 @@ async fn with_etcd_authentication_a_user_with_the_prefix_syncs_and_a_wrong_passw
     );
     let refused = "        username: kernel\n        password: wrong\n";
     let (_good, bad) = one_admitted_one_refused(&etcd, &admitted, refused).await;
-    assert!(
-        bad.kernel.log().contains("authentication failed"),
-        "{}",
-        bad.kernel.log()
-    );
+    assert!(bad.kernel.log_has("authentication failed"), "{}", bad.kernel.log());
 }

@@ -104,7 +104,7 @@ async fn agent_down_at_startup_is_discovered_later() {
         }
     })
     .await;
-    assert!(kernel.log().contains("agent discovered"), "{}", kernel.log());
+    assert!(kernel.log_has("agent discovered"), "{}", kernel.log());
 }
 
 /// An agent that failed a health check is checked again within about a

@@ -67,7 +67,7 @@ async fn only_allowed_uids_are_served_on_the_socket() {
         out.ends_with("\n403") && out.contains("uid_not_allowed"),
         "other uid: {out}"
     );
-    assert!(kernel.log().contains("peer uid not allowed"), "{}", kernel.log());
+    assert!(kernel.log_has("peer uid not allowed"), "{}", kernel.log());
 
     // Outside the socket's group the file mode already stops the client.
     let (code, out) = curl_as(65534, 65534, &socket);

@@ -53,16 +53,30 @@ impl RequestLine<'_> {
     /// other lines until it waits for work, as every line is).
     pub fn write(&self, metadata: Metadata<'_>) {
         thread_local!(static LINE: RefCell<String> = RefCell::new(String::with_capacity(512)));
-        let _ = LINE.try_with(|cell| {
-            let Ok(mut line) = cell.try_borrow_mut() else {
-                return;
-            };
-            line.clear();
-            self.format(&mut line, std::time::SystemTime::now(), &metadata);
+        let now = std::time::SystemTime::now();
+        let out = |line: &str| {
+            // The log output never fails a write: a reader that stopped
+            // reading gets the line later, or a count of dropped lines.
             let _ = policy_net::log_output::Writer(super::stdout::output())
                 .make_writer()
                 .write_all(line.as_bytes());
+        };
+        let reused = LINE.try_with(|cell| match cell.try_borrow_mut() {
+            Ok(mut line) => {
+                line.clear();
+                self.format(&mut line, now, &metadata);
+                out(&line);
+                true
+            }
+            Err(_) => false,
         });
+        // The thread's buffer is gone (the thread is ending) or in use: a
+        // buffer of its own, rather than a lost line.
+        if reused != Ok(true) {
+            let mut line = String::with_capacity(512);
+            self.format(&mut line, now, &metadata);
+            out(&line);
+        }
     }
 
     /// The line, newline included, as of `now`.

@@ -180,6 +180,21 @@ impl KernelProc {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Whether `text` is in the log within 5 s. A kernel thread writes the
+    /// lines of the requests it serves when it next waits for work, just
+    /// after their answers (docs/operating.md, Logs): a test that has its
+    /// answer may read the log a moment before they are there.
+    pub fn log_has(&self, text: &str) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !self.log().contains(text) {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        true
+    }
+
     /// The port of the ext_proc TCP listener, as the kernel logged it at start.
     pub fn tcp_port(&self) -> u16 {
         self.log()
