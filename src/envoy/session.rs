@@ -741,7 +741,7 @@ impl Drop for Active {
             "agent_durations_ms": durations,
         });
         line.message = "Policy chain executed across multiple agents";
-        line.write(request_log::Metadata::Json(&metadata.to_string()));
+        line.write(request_log::Metadata::Json(&metadata));
     }
 }
 

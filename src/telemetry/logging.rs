@@ -222,6 +222,16 @@ fn write_json_escaped(out: &mut impl fmt::Write, s: &str) -> fmt::Result {
     out.write_str(&s[plain..])
 }
 
+/// The start of every line the kernel writes, up to its own fields:
+/// `{"timestamp":"…","level":"…","component":"kernel"`.
+pub(super) fn write_head(out: &mut impl fmt::Write, now: std::time::SystemTime, level: &str) -> fmt::Result {
+    write!(
+        out,
+        "{{\"timestamp\":\"{}\",\"level\":\"{level}\",\"component\":\"kernel\"",
+        humantime::format_rfc3339_micros(now)
+    )
+}
+
 fn level_name(level: &Level) -> &'static str {
     match *level {
         Level::ERROR => "error",
@@ -238,11 +248,10 @@ where
     N: for<'a> FormatFields<'a> + 'static,
 {
     fn format_event(&self, _: &FmtContext<'_, S, N>, mut writer: Writer<'_>, event: &Event<'_>) -> fmt::Result {
-        write!(
-            writer,
-            "{{\"timestamp\":\"{}\",\"level\":\"{}\",\"component\":\"kernel\"",
-            humantime::format_rfc3339_micros(std::time::SystemTime::now()),
-            level_name(event.metadata().level())
+        write_head(
+            &mut writer,
+            std::time::SystemTime::now(),
+            level_name(event.metadata().level()),
         )?;
         let mut fields = Fields {
             out: &mut writer,
@@ -378,7 +387,7 @@ mod tests {
     fn the_request_line_is_the_line_of_a_traced_event() {
         use super::super::request_log::{Metadata, RequestLine};
         let hostile = "r \"1\" \\ \n\u{1} é";
-        let multi = r#"{"total_policies":3,"agent_sequence":["a","b"]}"#;
+        let multi = serde_json::json!({"total_policies": 3, "agent_sequence": ["a", "b"]});
         let traced = text(|| {
             tracing::info!(
                 request_id = hostile,
@@ -411,7 +420,7 @@ mod tests {
         line.message = "Policy chain executed across multiple agents";
         line.agent_name = None;
         line.duration_ms = 9;
-        line.format(&mut direct, now, &Metadata::Json(multi));
+        line.format(&mut direct, now, &Metadata::Json(&multi));
         // The time is the one part that differs: `{"timestamp":"` and 27
         // characters.
         let untimed = |text: &str| -> Vec<String> {

@@ -22,7 +22,7 @@ use std::io::Write as _;
 
 use tracing_subscriber::fmt::MakeWriter;
 
-use super::logging::write_json_str;
+use super::logging::{write_head, write_json_str};
 
 /// The fields of one request line.
 #[derive(Debug)]
@@ -44,8 +44,8 @@ pub enum Metadata<'a> {
         policies_executed: usize,
         instructions_count: usize,
     },
-    /// JSON text the caller built (an object).
-    Json(&'a str),
+    /// An object the caller built, written as compact JSON.
+    Json(&'a serde_json::Value),
 }
 
 impl RequestLine<'_> {
@@ -83,8 +83,8 @@ impl RequestLine<'_> {
     pub fn format(&self, out: &mut String, now: std::time::SystemTime, metadata: &Metadata<'_>) {
         let mut number = itoa::Buffer::new();
         // Writing to a String does not fail.
-        let _ = write!(out, "{{\"timestamp\":\"{}", humantime::format_rfc3339_micros(now));
-        out.push_str("\",\"level\":\"info\",\"component\":\"kernel\",\"message\":");
+        let _ = write_head(out, now, "info");
+        out.push_str(",\"message\":");
         let _ = write_json_str(out, self.message);
         out.push_str(",\"request_id\":");
         let _ = write_json_str(out, self.request_id);
@@ -108,7 +108,9 @@ impl RequestLine<'_> {
                 out.push_str(number.format(*instructions_count));
                 out.push('}');
             }
-            Metadata::Json(text) => out.push_str(text),
+            Metadata::Json(value) => {
+                let _ = write!(out, "{value}");
+            }
         }
         out.push_str("}\n");
     }

@@ -30,10 +30,15 @@ pub fn output() -> &'static Output {
 
 /// The warning line that reports `dropped` lines, in the kernel's JSON.
 fn note(dropped: u64) -> String {
-    format!(
-        "{{\"timestamp\":\"{}\",\"level\":\"warning\",\"component\":\"kernel\",\"message\":\"log lines dropped: standard output was not being read\",\"dropped\":{dropped}}}\n",
-        humantime::format_rfc3339_micros(std::time::SystemTime::now()),
-    )
+    use std::fmt::Write as _;
+    let mut line = String::new();
+    // Writing to a String does not fail.
+    let _ = super::logging::write_head(&mut line, std::time::SystemTime::now(), "warning");
+    let _ = writeln!(
+        line,
+        ",\"message\":\"log lines dropped: standard output was not being read\",\"dropped\":{dropped}}}"
+    );
+    line
 }
 
 #[cfg(test)]
