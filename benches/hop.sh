@@ -10,6 +10,11 @@
 # threads from the CPUs it may use).
 #   E0   Envoy without ext_proc
 #   F    pk-floor: a do-nothing ext_proc server (CONTINUE to both messages)
+#   FH   the floor plus one agent hop: pk-floor calls example-agent once per
+#        request (K1's policy and params, on its call stream) before it
+#        answers the request headers (--hop-agent): the limit of any
+#        processor that calls a separate agent process; K1 - FH is the
+#        kernel's own work
 #   K0   the kernel, a route it does not know (no agent call)
 #   K1   the kernel and the Rust SDK's example-agent, addHeader (one request
 #        header set) on the route; the calls go on the agent's call stream
@@ -40,7 +45,7 @@
 # without the machine's noise. Use a small PK_HOP_REQUESTS (2000).
 #
 # PK_HOP_PAIRS=P measures in pairs instead: F and one other scenario
-# (PK_HOP_PAIR_WITH, default K1; K0, K1, K1q or K1c; or K0t or K1t, then against
+# (PK_HOP_PAIR_WITH, default K1; K0, K1, K1q, K1c or FH; or K0t or K1t, then against
 # Ft, every Envoy reaching its ext_proc server over TCP) run side by side, each with
 # an Envoy of its own, both stacks up at once (the idle one waits in
 # epoll), and the load alternates between them in bursts of N requests
@@ -63,7 +68,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BIN=${1:-$ROOT/target/release}
 N=${PK_HOP_REQUESTS:-20000}
 ROUNDS=${PK_HOP_ROUNDS:-3}
-SCENARIOS=${PK_HOP_SCENARIOS:-E0 F K0 K1 K1u K1q K1py K1c K1h Ft K0t K1t}
+SCENARIOS=${PK_HOP_SCENARIOS:-E0 F FH K0 K1 K1u K1q K1py K1c K1h Ft K0t K1t}
 # h2load streams per connection (-m): 1 as in issue 20's setup.
 STREAMS=${PK_HOP_STREAMS:-1}
 RUN=${RUN:-$(mktemp -d /tmp/pk-hop.XXXXXX)}
@@ -146,6 +151,9 @@ EOF
 sed 's/^    metrics_port: 0$/    metrics_port: 0\n    log_level: warn/' "$RUN/kernel.yaml" >"$RUN/kernel-quiet.yaml"
 sed "s/^    port: 0$/    port: $KPORT/" "$RUN/kernel.yaml" >"$RUN/kernel-tcp.yaml"
 
+# FH: pk-floor's call to example-agent, the same policy and params as K1's
+HOP_ARGS=(--hop-agent "$RUN/example.sock" --hop-policy addHeader --hop-param name=x-hop --hop-param value=1)
+
 start_envoy() {
   start "envoy-$1" "$ENVOY" -c "$RUN/envoy-$1.yaml" --concurrency 1 --disable-hot-restart -l warning --base-id "$PORT"
   ENVOY_PID=$LAST_PID
@@ -167,6 +175,10 @@ stack() {
   case $1 in
     E0) start_envoy without ;;
     F) start floor $(cg F) "$BIN/pk-floor" --socket "$RUN/kernel.sock" --messages 2; SERVER_PID=$LAST_PID
+       wait_for 20 test -S "$RUN/kernel.sock"; start_envoy with ;;
+    FH) start_agents "$(cg agent-FH)"
+       start floor $(cg FH) "$BIN/pk-floor" --socket "$RUN/kernel.sock" --messages 2 "${HOP_ARGS[@]}"; SERVER_PID=$LAST_PID
+       AGENT_PID=$EXAMPLE_PID
        wait_for 20 test -S "$RUN/kernel.sock"; start_envoy with ;;
     Ft) start floor $(cg Ft) "$BIN/pk-floor" --port "$KPORT" --messages 2; SERVER_PID=$LAST_PID
        wait_for 20 bash -c "exec 3<>/dev/tcp/127.0.0.1/$KPORT"; start_envoy tcp ;;
@@ -259,8 +271,8 @@ oncpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {p
 pairs() {
   local other=${PK_HOP_PAIR_WITH:-K1} burst=${PK_HOP_REQUESTS:-10000} port_f=$PORT port_o o_admin o_up kport_o
   local floor_pid envoy_f envoy_o kernel_pid path_o i sc order e s a e0 s0 a0 out fl=F
-  case $other in K0|K0t) path_o=/k0/hop ;; K1|K1q|K1t) path_o=/k1/hop ;; K1c) path_o=/kc/hop ;;
-    *) echo "hop.sh: PK_HOP_PAIR_WITH is K0, K1, K1q, K1c, K0t or K1t, not $other" >&2; exit 2 ;; esac
+  case $other in K0|K0t) path_o=/k0/hop ;; K1|K1q|K1t|FH) path_o=/k1/hop ;; K1c) path_o=/kc/hop ;;
+    *) echo "hop.sh: PK_HOP_PAIR_WITH is K0, K1, K1q, K1c, K0t, K1t or FH, not $other" >&2; exit 2 ;; esac
   local kernel_config="$RUN/kernel.yaml"
   [ "$other" = K1q ] && kernel_config="$RUN/kernel-quiet.yaml"
   case $other in *t) fl=Ft ;; esac
@@ -284,7 +296,12 @@ pairs() {
   start floor "$BIN/pk-floor" "${floor_at[@]}" --messages 2; floor_pid=$LAST_PID
   start_agents ""
   wait_for 20 "${floor_up[@]}"
-  start kernel "$BIN/policy-kernel" --config "$RUN/kernel-o.yaml"; kernel_pid=$LAST_PID
+  if [ "$other" = FH ]; then
+    start floor-hop "$BIN/pk-floor" --socket "$RUN/kernel-o.sock" --messages 2 "${HOP_ARGS[@]}"
+  else
+    start kernel "$BIN/policy-kernel" --config "$RUN/kernel-o.yaml"
+  fi
+  kernel_pid=$LAST_PID
   wait_for 30 test -S "$RUN/kernel-o.sock"
   start envoy-f "$ENVOY" -c "$envoy_f_config" --concurrency 1 --disable-hot-restart -l warning --base-id "$port_f"
   envoy_f=$LAST_PID

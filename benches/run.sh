@@ -494,6 +494,11 @@ if [ "$ENVOY_E2E" = 1 ] && [ "$SMOKE" = 0 ] && [ -n "$(venv_envoy)" ] && command
   log "one agent hop through Envoy, in pairs (benches/hop.sh, PK_HOP_PAIRS=50)"
   RUN="$RUN/hop-pairs" PK_HOP_PAIRS=50 PK_HOP_REQUESTS=2000 bash "$ROOT/benches/hop.sh" "$BIN" >"$RUN/hop-pairs.out" 2>&1 \
     || log "benches/hop.sh (pairs) failed: see $RUN/hop-pairs.out"
+  # The limit of any hop: F against FH, the floor plus one call to the same
+  # agent (pk-floor --hop-agent), so that K1 reads against both.
+  log "the floor plus one agent call, in pairs (benches/hop.sh, PK_HOP_PAIRS=50, PK_HOP_PAIR_WITH=FH)"
+  RUN="$RUN/hop-pairs-fh" PK_HOP_PAIRS=50 PK_HOP_REQUESTS=2000 PK_HOP_PAIR_WITH=FH bash "$ROOT/benches/hop.sh" "$BIN" \
+    >"$RUN/hop-pairs-fh.out" 2>&1 || log "benches/hop.sh (pairs with FH) failed: see $RUN/hop-pairs-fh.out"
   # And over TCP: Ft and K1t, each Envoy reaching its ext_proc server on loopback.
   log "one agent hop through Envoy over TCP, in pairs (benches/hop.sh, PK_HOP_PAIRS=50, PK_HOP_PAIR_WITH=K1t)"
   RUN="$RUN/hop-pairs-tcp" PK_HOP_PAIRS=50 PK_HOP_REQUESTS=2000 PK_HOP_PAIR_WITH=K1t bash "$ROOT/benches/hop.sh" "$BIN" \
@@ -512,6 +517,7 @@ python3 "$ROOT/benches/report.py" "${REPORT_ARGS[@]}" >"$RUN/table.md"
 if [ -f "$RUN/stream.md" ]; then { echo; cat "$RUN/stream.md"; } >>"$RUN/table.md"; fi
 if [ -f "$RUN/hop/hop.md" ]; then { echo; cat "$RUN/hop/hop.md"; } >>"$RUN/table.md"; fi
 if [ -f "$RUN/hop-pairs/hop.md" ]; then { echo; cat "$RUN/hop-pairs/hop.md"; } >>"$RUN/table.md"; fi
+if [ -f "$RUN/hop-pairs-fh/hop.md" ]; then { echo; cat "$RUN/hop-pairs-fh/hop.md"; } >>"$RUN/table.md"; fi
 if [ -f "$RUN/hop-pairs-tcp/hop.md" ]; then { echo; cat "$RUN/hop-pairs-tcp/hop.md"; } >>"$RUN/table.md"; fi
 if [ -f "$RUN/fleet.md" ]; then { echo; cat "$RUN/fleet.md"; } >>"$RUN/table.md"; fi
 cat "$RUN/table.md"

@@ -14,9 +14,16 @@
 //! `mode_override`, as the kernel's does for a route with response policies:
 //! K1), with `--messages 1` it skips them (an unknown route: K0). Like the
 //! kernel, it ends a stream when Envoy half-closes it.
+//!
+//! With `--hop-agent SOCKET` it is the floor plus one agent round trip: each
+//! request's headers go to that policy agent as one call on its call stream
+//! ([`pk_loadgen::hop`]), and the answer waits for the agent's reply. That is
+//! the limit of a processor that calls a separate agent process (hop.sh's
+//! FH).
 
 use std::path::PathBuf;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use clap::Parser;
 use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::{BodySendMode, HeaderSendMode};
@@ -27,6 +34,7 @@ use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_server::{
 use envoy_types::pb::envoy::service::ext_proc::v3::processing_request::Request as Msg;
 use envoy_types::pb::envoy::service::ext_proc::v3::{ProcessingRequest, ProcessingResponse};
 use futures::{FutureExt, Stream, StreamExt};
+use pk_loadgen::hop::Hop;
 use tokio::net::UnixListener;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -55,12 +63,29 @@ struct Cli {
     /// answers after its agent calls), apart from what its answers hold.
     #[arg(long, default_value_t = 0)]
     delay_ms: u64,
+    /// Calls this policy agent (its Unix socket) once per request, on its
+    /// call stream, before answering the request headers.
+    #[arg(long)]
+    hop_agent: Option<PathBuf>,
+    /// The policy each call runs.
+    #[arg(long, default_value = "addHeader", requires = "hop_agent")]
+    hop_policy: String,
+    /// A param of that policy, NAME=VALUE (repeatable).
+    #[arg(long, value_parser = param, requires = "hop_agent")]
+    hop_param: Vec<(String, String)>,
 }
 
-#[derive(Clone, Copy)]
+fn param(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .ok_or_else(|| format!("{s:?} is not NAME=VALUE"))
+}
+
+#[derive(Clone)]
 struct Floor {
     messages: u8,
     delay: Option<std::time::Duration>,
+    hop: Option<Arc<Hop>>,
 }
 
 impl Floor {
@@ -85,12 +110,19 @@ impl Floor {
         resp
     }
 
-    /// [`Floor::answer`], `--delay-ms` late.
-    async fn reply(self, msg: &ProcessingRequest) -> ProcessingResponse {
+    /// [`Floor::answer`], `--delay-ms` late, after the agent's reply to
+    /// the request headers with `--hop-agent` (an error status when the
+    /// call failed).
+    async fn reply(&self, msg: &ProcessingRequest) -> Result<ProcessingResponse, Status> {
         if let Some(d) = self.delay {
             tokio::time::sleep(d).await;
         }
-        self.answer(msg)
+        if let (Some(hop), Some(Msg::RequestHeaders(h))) = (&self.hop, &msg.request) {
+            if !hop.call(h.headers.as_ref()).await {
+                return Err(Status::unavailable("the agent call failed"));
+            }
+        }
+        Ok(self.answer(msg))
     }
 }
 
@@ -105,16 +137,19 @@ impl ExternalProcessor for Floor {
         request: Request<Streaming<ProcessingRequest>>,
     ) -> Result<Response<Self::ProcessStream>, Status> {
         let mut inbound = request.into_inner();
-        let floor = *self;
+        let floor = self.clone();
         let first = match inbound.message().now_or_never() {
-            Some(Ok(Some(msg))) => Some(Ok(floor.reply(&msg).await)),
+            Some(Ok(Some(msg))) => Some(floor.reply(&msg).await),
             Some(Ok(None) | Err(_)) => return Ok(Response::new(Box::pin(futures::stream::empty()))),
             None => None,
         };
-        let rest = futures::stream::unfold(inbound, move |mut inbound| async move {
-            match inbound.message().await {
-                Ok(Some(msg)) => Some((Ok(floor.reply(&msg).await), inbound)),
-                Ok(None) | Err(_) => None,
+        let rest = futures::stream::unfold(inbound, move |mut inbound| {
+            let floor = floor.clone();
+            async move {
+                match inbound.message().await {
+                    Ok(Some(msg)) => Some((floor.reply(&msg).await, inbound)),
+                    Ok(None) | Err(_) => None,
+                }
             }
         });
         let stream = futures::stream::iter(first).chain(rest);
@@ -139,6 +174,14 @@ async fn serve(cli: Cli) -> anyhow::Result<()> {
             _ = tokio::signal::ctrl_c() => {}
         }
     };
+    let hop = match &cli.hop_agent {
+        Some(socket) => Some(Arc::new(
+            Hop::connect(socket, &cli.hop_policy, &cli.hop_param)
+                .await
+                .map_err(|e| anyhow::anyhow!("--hop-agent {}: {e}", socket.display()))?,
+        )),
+        None => None,
+    };
     let router = tonic::transport::Server::builder()
         .max_concurrent_streams(cli.max_concurrent_streams)
         // As the kernel: Envoy's cancelled streams do not end the connection.
@@ -147,6 +190,7 @@ async fn serve(cli: Cli) -> anyhow::Result<()> {
             ExternalProcessorServer::new(Floor {
                 messages: cli.messages,
                 delay: (cli.delay_ms > 0).then(|| std::time::Duration::from_millis(cli.delay_ms)),
+                hop,
             })
             .max_decoding_message_size(64 * 1024 * 1024)
             .max_encoding_message_size(64 * 1024 * 1024),
