@@ -111,23 +111,7 @@ impl Hop {
 /// the stream ends, every caller still waiting gets false.
 async fn read_replies(response: h2::client::ResponseFuture, waiting: Arc<Mutex<HashMap<u64, oneshot::Sender<bool>>>>) {
     let ended = match response.await {
-        Ok(resp) if resp.status() == http::StatusCode::OK => {
-            let mut body = resp.into_body();
-            let mut buf = BytesMut::new();
-            loop {
-                match body.data().await {
-                    Some(Ok(data)) => {
-                        let _ = body.flow_control().release_capacity(data.len());
-                        buf.extend_from_slice(&data);
-                        if let Err(e) = dispatch(&mut buf, &waiting) {
-                            break e;
-                        }
-                    }
-                    Some(Err(e)) => break e.to_string(),
-                    None => break "the agent ended the stream".to_string(),
-                }
-            }
-        }
+        Ok(resp) if resp.status() == http::StatusCode::OK => read_body(resp.into_body(), &waiting).await,
         Ok(resp) => format!("the agent answered the stream with HTTP {}", resp.status()),
         Err(e) => e.to_string(),
     };
@@ -135,6 +119,24 @@ async fn read_replies(response: h2::client::ResponseFuture, waiting: Arc<Mutex<H
     if let Ok(mut w) = waiting.lock() {
         w.clear();
     }
+}
+
+/// Dispatches the replies of `body` until it ends; why it ended.
+async fn read_body(mut body: h2::RecvStream, waiting: &Mutex<HashMap<u64, oneshot::Sender<bool>>>) -> String {
+    let mut buf = BytesMut::new();
+    while let Some(data) = body.data().await {
+        let step = data.map_err(|e| e.to_string()).and_then(|data| {
+            buf.extend_from_slice(&data);
+            body.flow_control()
+                .release_capacity(data.len())
+                .map_err(|e| e.to_string())?;
+            dispatch(&mut buf, waiting)
+        });
+        if let Err(why) = step {
+            return why;
+        }
+    }
+    "the agent ended the stream".to_string()
 }
 
 /// Hands every complete reply in `buf` to its caller.
