@@ -178,7 +178,7 @@ $(A2A_JS_STAMP): tests/a2a/js/package.json tests/a2a/js/package-lock.json
 	touch $@
 
 ## bench: the whole performance harness (criterion + load scenarios); prints the table.
-bench: need-build setup
+bench: need-build setup $(NODE_STAMP)
 	@bash scripts/need.sh bench $(NEED_BENCH)
 	bash benches/run.sh
 

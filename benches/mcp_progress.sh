@@ -17,7 +17,8 @@
 # same host) and the client records its receipt. Prints a markdown table of
 # p50/p99 per route over PK_MCP_ROUNDS (5) rounds and the added p50/p99 (also
 # to $RUN/mcp_progress.md when RUN is set). Skips (exit 0) when node or the
-# npm packages are missing: run `make test` once (npm ci in tests/mcp/ts).
+# npm packages are missing: `make bench` and `make test` install them
+# (npm ci in tests/mcp/ts).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=benches/lib.sh
@@ -29,7 +30,7 @@ ROUNDS=${PK_MCP_ROUNDS:-5}
 TS=$ROOT/tests/mcp/ts
 OUT=${RUN:-}
 if ! command -v node >/dev/null || [ ! -d "$TS/node_modules/@modelcontextprotocol/sdk" ]; then
-  echo "mcp_progress: skipped (no node or no $TS/node_modules: run make test)" >&2
+  echo "mcp_progress: skipped (no node or no $TS/node_modules: make bench or make test installs them)" >&2
   exit 0
 fi
 RUN=$(mktemp -d /tmp/pk-mcp.XXXXXX)
@@ -113,4 +114,4 @@ print("\nAdded by the governed route: p50 %+.3f ms, p99 %+.3f ms." % (
     pct(by["G"], 50) - pct(by["D"], 50), pct(by["G"], 99) - pct(by["D"], 99)))
 PY
 cat "$RUN/mcp_progress.md"
-[ -z "$OUT" ] || cp "$RUN/mcp_progress.md" "$OUT/mcp_progress.md"
+[ -z "$OUT" ] || { mkdir -p "$OUT" && cp "$RUN/mcp_progress.md" "$OUT/mcp_progress.md"; }
