@@ -147,7 +147,9 @@ fn header_bytes(v: HeaderValue) -> (String, Vec<u8>) {
     (v.key, raw)
 }
 
-fn request_ctx(h: HttpHeaders, attrs: &HashMap<String, Struct>) -> RequestCtx {
+/// The request as agents see it, from Envoy's request headers `h` and the
+/// client's address in `attrs` (`source.address`).
+pub fn request_ctx(h: HttpHeaders, attrs: &HashMap<String, Struct>) -> RequestCtx {
     let mut ctx = RequestCtx {
         client_ip: string_attr(attrs, "source.address").map(client_ip).unwrap_or_default(),
         ..Default::default()

@@ -115,6 +115,15 @@ pub(super) struct Connection {
 const STREAM_WINDOW: u32 = 2 * 1024 * 1024;
 const CONNECTION_WINDOW: u32 = 5 * 1024 * 1024;
 
+/// The HTTP/2 client settings of every agent connection: the windows above.
+pub fn h2_builder() -> h2::client::Builder {
+    let mut builder = h2::client::Builder::new();
+    builder
+        .initial_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW);
+    builder
+}
+
 impl Connection {
     /// The open connection, if there is one.
     fn current(&self) -> Option<Arc<Open>> {
@@ -134,12 +143,7 @@ impl Connection {
             .await
             .map_err(TransportError::Connect)?;
         self.verify(&io)?;
-        let (sender, connection) = h2::client::Builder::new()
-            .initial_window_size(STREAM_WINDOW)
-            .initial_connection_window_size(CONNECTION_WINDOW)
-            .handshake(io)
-            .await
-            .map_err(TransportError::Handshake)?;
+        let (sender, connection) = h2_builder().handshake(io).await.map_err(TransportError::Handshake)?;
         let closed = Arc::new(AtomicBool::new(false));
         let path = self.path.clone();
         let ended = Arc::clone(&closed);

@@ -21,7 +21,7 @@ use arc_swap::ArcSwapOption;
 use tokio::sync::Semaphore;
 
 pub use call::{AgentCall, AgentReply, CallError};
-pub use client::{connect_lazy, AgentClient, CallClient, TransportError};
+pub use client::{connect_lazy, h2_builder, AgentClient, CallClient, TransportError};
 pub use health::{discover, spawn_watch, Discovered};
 
 use crate::config::AgentConfig;

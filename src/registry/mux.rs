@@ -51,7 +51,7 @@ use crate::proto::{reply_frame::Reply, ReplyFrame};
 pub const MAX_STREAMED_CALL: usize = 64 * 1024;
 
 /// gRPC path of the call stream.
-const CALLS_PATH: &str = "/policy_kernel.agent.v1.PolicyAgent/Calls";
+pub const CALLS_PATH: &str = "/policy_kernel.agent.v1.PolicyAgent/Calls";
 
 type Waiter = oneshot::Sender<Result<AgentReply, tonic::Status>>;
 
@@ -271,7 +271,7 @@ fn not_sent(e: TransportError) -> tonic::Status {
 }
 
 /// One CallFrame with its gRPC message prefix.
-fn encode_frame(id: u64, call: &AgentCall, trace: Option<&opentelemetry::Context>) -> Bytes {
+pub fn encode_frame(id: u64, call: &AgentCall, trace: Option<&opentelemetry::Context>) -> Bytes {
     let (traceparent, tracestate) = trace.map(trace_headers).unwrap_or_default();
     let mut len = encoding::uint64::encoded_len(1, &id);
     len += match call {
@@ -429,7 +429,7 @@ fn deadline_passed() -> tonic::Status {
 /// The next complete gRPC message in `buf` (its 5-byte prefix removed), or
 /// `None` until more bytes come; an error for a compressed message or one
 /// over [`MAX_FRAME`].
-fn next_message(buf: &mut BytesMut) -> Result<Option<Bytes>, String> {
+pub fn next_message(buf: &mut BytesMut) -> Result<Option<Bytes>, String> {
     if buf.len() < 5 {
         return Ok(None);
     }

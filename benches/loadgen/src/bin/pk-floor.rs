@@ -113,16 +113,17 @@ impl Floor {
     /// [`Floor::answer`], `--delay-ms` late, after the agent's reply to
     /// the request headers with `--hop-agent` (an error status when the
     /// call failed).
-    async fn reply(&self, msg: &ProcessingRequest) -> Result<ProcessingResponse, Status> {
+    async fn reply(&self, mut msg: ProcessingRequest) -> Result<ProcessingResponse, Status> {
         if let Some(d) = self.delay {
             tokio::time::sleep(d).await;
         }
-        if let (Some(hop), Some(Msg::RequestHeaders(h))) = (&self.hop, &msg.request) {
-            if !hop.call(h.headers.as_ref()).await {
+        if let (Some(hop), Some(Msg::RequestHeaders(h))) = (&self.hop, &mut msg.request) {
+            // The headers go into the call; the answer needs only the kind.
+            if !hop.call(std::mem::take(h)).await {
                 return Err(Status::unavailable("the agent call failed"));
             }
         }
-        Ok(self.answer(msg))
+        Ok(self.answer(&msg))
     }
 }
 
@@ -139,7 +140,7 @@ impl ExternalProcessor for Floor {
         let mut inbound = request.into_inner();
         let floor = self.clone();
         let first = match inbound.message().now_or_never() {
-            Some(Ok(Some(msg))) => Some(floor.reply(&msg).await),
+            Some(Ok(Some(msg))) => Some(floor.reply(msg).await),
             Some(Ok(None) | Err(_)) => return Ok(Response::new(Box::pin(futures::stream::empty()))),
             None => None,
         };
@@ -147,7 +148,7 @@ impl ExternalProcessor for Floor {
             let floor = floor.clone();
             async move {
                 match inbound.message().await {
-                    Ok(Some(msg)) => Some((floor.reply(&msg).await, inbound)),
+                    Ok(Some(msg)) => Some((floor.reply(msg).await, inbound)),
                     Ok(None) | Err(_) => None,
                 }
             }
