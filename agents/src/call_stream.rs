@@ -76,24 +76,24 @@ pub(crate) fn serve(shared: Arc<Shared>, mut inbound: Streaming<proto::CallFrame
             if running.len() >= PRUNE_AT {
                 running.retain(|_, task| !task.is_finished());
             }
-            let work = contained(
-                run(Arc::clone(&shared), id, call, frame.traceparent, frame.tracestate),
+            let Some(mut work) = answer(
+                Arc::clone(&shared),
                 id,
+                call,
+                frame.traceparent,
+                frame.tracestate,
                 tx.clone(),
-            );
-            let task = if one_thread {
-                // Nothing runs beside this task: a call that finishes at
-                // once (most do) is answered here, without a task of its
-                // own; one that waits goes on waiting in a task (whose first
-                // poll registers its waker).
-                let mut work = Box::pin(work);
-                if work.as_mut().now_or_never().is_some() {
-                    continue;
-                }
-                tokio::spawn(work)
-            } else {
-                tokio::spawn(work)
+            ) else {
+                continue;
             };
+            // Nothing runs beside this task on a current-thread runtime: a
+            // call that finishes at once (most do) is answered here, without
+            // a task of its own; one that waits goes on waiting in a task
+            // (whose first poll registers its waker).
+            if one_thread && work.as_mut().now_or_never().is_some() {
+                continue;
+            }
+            let task = tokio::spawn(work);
             running.insert(id, task.abort_handle());
         }
         // The kernel is gone (or closed the stream): nobody waits for these.
@@ -107,23 +107,6 @@ pub(crate) fn serve(shared: Arc<Shared>, mut inbound: Streaming<proto::CallFrame
         }
     });
     Box::pin(tokio_stream::wrappers::UnboundedReceiverStream::new(rx))
-}
-
-/// Runs call `id`'s `work` and sends its reply (none when it was aborted).
-/// A panic of its policy is answered INTERNAL: the kernel learns at once
-/// (not at the call's deadline), and the stream and its other calls go on.
-async fn contained(work: impl Future<Output = Option<proto::ReplyFrame>> + Send, id: u64, tx: Replies) {
-    let reply = match AssertUnwindSafe(work).catch_unwind().await {
-        Ok(reply) => reply,
-        Err(_) => {
-            tracing::error!(call_id = id, "a policy panicked; its call fails");
-            Some(error_frame(id, Code::Internal, "the policy panicked"))
-        }
-    };
-    if let Some(reply) = reply {
-        // The stream is gone when this fails: the kernel no longer waits.
-        let _ = tx.send(Ok(reply));
-    }
 }
 
 fn error_frame(id: u64, code: Code, message: &str) -> proto::ReplyFrame {
@@ -144,15 +127,23 @@ fn non_empty(s: String) -> Option<String> {
     (!s.is_empty()).then_some(s)
 }
 
-/// Runs one call; its reply (none for a cancellation, which is no call).
-async fn run(
+/// Call `id` as one boxed future that runs it and sends its reply; none
+/// for a cancellation, which is no call.
+///
+/// One allocation holds the whole call, and the future is built where it
+/// is boxed: a call's future is large (its policies' futures are in it),
+/// and each move of it is a copy, so it is not moved after that. A panic
+/// of its policy is answered INTERNAL: the kernel learns at once (not at
+/// the call's deadline), and the stream and its other calls go on. Past
+/// its deadline the call is dropped and answered DEADLINE_EXCEEDED.
+fn answer(
     shared: Arc<Shared>,
     id: u64,
     call: Call,
     traceparent: String,
     tracestate: String,
-) -> Option<proto::ReplyFrame> {
-    let _guard = shared.drain.enter();
+    tx: Replies,
+) -> Option<Pin<Box<impl Future<Output = ()> + Send>>> {
     let (request_id, deadline_ms, phase) = match &call {
         Call::Request(c) => (c.request_id.clone(), c.deadline_ms, Phase::Request),
         Call::Response(c) => (c.request_id.clone(), c.deadline_ms, Phase::Response),
@@ -168,37 +159,41 @@ async fn run(
         deadline,
     };
     let span = tracing::debug_span!("execute", call_id = id, request_id = %info.request_id);
-    let registry = &shared.registry;
-    // Boxed: the policies' futures are large, and a spawned task's future
-    // is copied when it is spawned and again when it finishes; the task
-    // itself stays small.
-    let work = Box::pin(
+    Some(Box::pin(
         async move {
-            let reply = match call {
-                Call::Request(c) => crate::runner::execute_request(registry, c, info)
-                    .await
-                    .map(Reply::Request),
-                Call::Response(c) => crate::runner::execute_response(registry, c, info)
-                    .await
-                    .map(Reply::Response),
-                Call::Chunk(c) => crate::stream::execute_chunk(registry, c, info).await.map(Reply::Chunk),
-                Call::Cancel(_) => Ok(Reply::Error(proto::CallStatus::default())),
+            let _guard = shared.drain.enter();
+            let registry = &shared.registry;
+            let work = AssertUnwindSafe(async move {
+                let reply = match call {
+                    Call::Request(c) => crate::runner::execute_request(registry, c, info)
+                        .await
+                        .map(Reply::Request),
+                    Call::Response(c) => crate::runner::execute_response(registry, c, info)
+                        .await
+                        .map(Reply::Response),
+                    Call::Chunk(c) => crate::stream::execute_chunk(registry, c, info).await.map(Reply::Chunk),
+                    Call::Cancel(_) => Ok(Reply::Error(proto::CallStatus::default())),
+                };
+                // A call that cannot run (a policy that does not decode) is
+                // answered with its status, as a unary call is.
+                reply.unwrap_or_else(|status| error_reply(status.code(), status.message()))
+            })
+            .catch_unwind();
+            let outcome = match deadline {
+                Some(at) => tokio::time::timeout_at(at, work).await.ok(),
+                None => Some(work.await),
             };
-            // A call that cannot run (a policy that does not decode) is
-            // answered with its status, as a unary call is.
-            reply.unwrap_or_else(|status| error_reply(status.code(), status.message()))
+            let reply = match outcome {
+                Some(Ok(reply)) => reply,
+                Some(Err(_)) => {
+                    tracing::error!(call_id = id, "a policy panicked; its call fails");
+                    error_reply(Code::Internal, "the policy panicked")
+                }
+                None => error_reply(Code::DeadlineExceeded, "deadline exceeded"),
+            };
+            // The stream is gone when this fails: the kernel no longer waits.
+            let _ = tx.send(Ok(proto::ReplyFrame { id, reply: Some(reply) }));
         }
         .instrument(span),
-    );
-    let reply = match deadline {
-        Some(at) => match tokio::time::timeout_at(at, work).await {
-            Ok(reply) => proto::ReplyFrame { id, reply: Some(reply) },
-            Err(_) => error_frame(id, Code::DeadlineExceeded, "deadline exceeded"),
-        },
-        None => proto::ReplyFrame {
-            id,
-            reply: Some(work.await),
-        },
-    };
-    Some(reply)
+    ))
 }
