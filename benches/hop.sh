@@ -44,17 +44,20 @@
 # each JSON line (server_ir, agent_ir): the hop's own traffic, counted
 # without the machine's noise. Use a small PK_HOP_REQUESTS (2000).
 #
-# PK_HOP_PAIRS=P measures in pairs instead: F and one other scenario
-# (PK_HOP_PAIR_WITH, default K1; K0, K1, K1q, K1c or FH; or K0t or K1t, then against
-# Ft, every Envoy reaching its ext_proc server over TCP) run side by side, each with
-# an Envoy of its own, both stacks up at once (the idle one waits in
-# epoll), and the load alternates between them in bursts of N requests
-# (default 10,000; each after a warm-up of 500), in the order F, other,
-# other, F, ... for P pairs. CPU is read from /proc/PID/task/*/schedstat
-# (ns) around each burst. Each pair's ratio compares two bursts run seconds
-# apart, so a change in the host's speed between rounds, which moves the
-# sequential rounds' ratios by a third, cancels out; the table gives the
-# median ratio and its quartiles.
+# PK_HOP_PAIRS=P measures in sets instead: F and the scenarios of
+# PK_HOP_PAIR_WITH (default K1; one or more of K0, K1, K1q, K1c and FH; or
+# K0t or K1t, then against Ft, every Envoy reaching its ext_proc server
+# over TCP) run side by side, each with an Envoy of its own, every stack up
+# at once (the idle ones wait in epoll), and the load goes to each in turn
+# in bursts of N requests (default 10,000; each after a warm-up of 500),
+# each set starting one scenario later than the last (F K1, K1 F, ...), for
+# P sets. CPU is read from /proc/PID/task/*/schedstat (ns) around each
+# burst. Each set's ratios compare bursts run seconds apart, so a change in
+# the host's speed between rounds, which moves the sequential rounds'
+# ratios by a third, cancels out; the table gives the median ratio and its
+# quartiles. With FH in the set (PK_HOP_PAIR_WITH="FH K1") it also gives
+# (K1 - FH) / F per set: the kernel's own work, in floors, measured in the
+# same minute as the limit.
 #
 # Usage: bash benches/hop.sh [BIN_DIR]   (default target/release; make bench
 #        runs it; PK_HOP_REQUESTS, PK_HOP_ROUNDS, PK_HOP_SCENARIOS override,
@@ -267,59 +270,81 @@ PY
 # oncpu_ns PID: nanoseconds PID's threads have run (schedstat).
 oncpu_ns() { cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{s += $1} END {printf "%.0f\n", s}'; }
 
-# pairs: the paired measurement (PK_HOP_PAIRS), F (Ft) against PK_HOP_PAIR_WITH.
+# pairs: the paired measurement (PK_HOP_PAIRS), F (Ft) against each
+# scenario of PK_HOP_PAIR_WITH.
 pairs() {
-  local other=${PK_HOP_PAIR_WITH:-K1} burst=${PK_HOP_REQUESTS:-10000} port_f=$PORT port_o o_admin o_up kport_o
-  local floor_pid envoy_f envoy_o kernel_pid path_o i sc order e s a e0 s0 a0 out fl=F
-  case $other in K0|K0t) path_o=/k0/hop ;; K1|K1q|K1t|FH) path_o=/k1/hop ;; K1c) path_o=/kc/hop ;;
-    *) echo "hop.sh: PK_HOP_PAIR_WITH is K0, K1, K1q, K1c, K0t, K1t or FH, not $other" >&2; exit 2 ;; esac
-  local kernel_config="$RUN/kernel.yaml"
-  [ "$other" = K1q ] && kernel_config="$RUN/kernel-quiet.yaml"
-  case $other in *t) fl=Ft ;; esac
-  read -r port_o o_admin o_up kport_o <<<"$(free_ports 4)"
-  envoy_config "$RUN/envoy-o.yaml" "$port_o" "$o_admin" "$o_up" "$RUN/kernel-o.sock"
-  sed -i 's/response_header_mode: SKIP/response_header_mode: SEND/' "$RUN/envoy-o.yaml"
-  sed "s#socket_path: \"$RUN/kernel.sock\"#socket_path: \"$RUN/kernel-o.sock\"#" "$kernel_config" >"$RUN/kernel-o.yaml"
-  grep -q kernel-o.sock "$RUN/kernel-o.yaml" || { echo "hop.sh: no paired kernel config" >&2; exit 1; }
+  # shellcheck disable=SC2206 # a list of scenario names, split on purpose
+  local others=(${PK_HOP_PAIR_WITH:-K1}) burst=${PK_HOP_REQUESTS:-10000} port_f=$PORT fl=F
+  local floor_pid envoy_f i j k o sc e s a e0 s0 a0 out scs
+  local port_o o_admin o_up kport_o kernel_config
+  local -A port_of envoy_of server_of path_of
+  case ${others[0]} in *t) fl=Ft ;; esac
+  for o in "${others[@]}"; do
+    case $o in K0|K0t) path_of[$o]=/k0/hop ;; K1|K1q|K1t|FH) path_of[$o]=/k1/hop ;; K1c) path_of[$o]=/kc/hop ;;
+      *) echo "hop.sh: PK_HOP_PAIR_WITH names K0, K1, K1q, K1c, K0t, K1t or FH, not $o" >&2; exit 2 ;; esac
+    case $o in *t) [ "$fl" = Ft ] ;; *) [ "$fl" = F ] ;; esac \
+      || { echo "hop.sh: PK_HOP_PAIR_WITH mixes scenarios over TCP and over the Unix socket: $PK_HOP_PAIR_WITH" >&2; exit 2; }
+    [ "$(printf '%s\n' "${others[@]}" | grep -cx "$o")" = 1 ] \
+      || { echo "hop.sh: PK_HOP_PAIR_WITH names $o twice" >&2; exit 2; }
+  done
   # The floor: how it listens, how to see it up, its Envoy's config.
   local floor_at=(--socket "$RUN/kernel.sock") floor_up=(test -S "$RUN/kernel.sock") envoy_f_config="$RUN/envoy-with.yaml"
   if [ "$fl" = Ft ]; then
-    # Over TCP on loopback: the floor on KPORT (envoy-tcp.yaml), the kernel
-    # on a port of its own; the agent stays on its socket.
+    # Over TCP on loopback: the floor on KPORT (envoy-tcp.yaml), each
+    # kernel on a port of its own; the agent stays on its socket.
     floor_at=(--port "$KPORT") floor_up=(bash -c "exec 3<>/dev/tcp/127.0.0.1/$KPORT") envoy_f_config="$RUN/envoy-tcp.yaml"
-    sed -i "s#{pipe: {path: \"$RUN/kernel-o.sock\"}}#{socket_address: {address: 127.0.0.1, port_value: $kport_o}}#" "$RUN/envoy-o.yaml"
-    sed -i "s/^    port: 0$/    port: $kport_o/" "$RUN/kernel-o.yaml"
-    { grep -q "port_value: $kport_o" "$RUN/envoy-o.yaml" && grep -q "port: $kport_o" "$RUN/kernel-o.yaml"; } \
-      || { echo "hop.sh: no TCP variant of the paired configs" >&2; exit 1; }
   fi
   rm -f "$RUN"/*.sock
   start floor "$BIN/pk-floor" "${floor_at[@]}" --messages 2; floor_pid=$LAST_PID
   start_agents ""
   wait_for 20 "${floor_up[@]}"
-  if [ "$other" = FH ]; then
-    start floor-hop "$BIN/pk-floor" --socket "$RUN/kernel-o.sock" --messages 2 "${HOP_ARGS[@]}"
-  else
-    start kernel "$BIN/policy-kernel" --config "$RUN/kernel-o.yaml"
-  fi
-  kernel_pid=$LAST_PID
-  wait_for 30 test -S "$RUN/kernel-o.sock"
   start envoy-f "$ENVOY" -c "$envoy_f_config" --concurrency 1 --disable-hot-restart -l warning --base-id "$port_f"
   envoy_f=$LAST_PID
-  start envoy-o "$ENVOY" -c "$RUN/envoy-o.yaml" --concurrency 1 --disable-hot-restart -l warning --base-id "$port_o"
-  envoy_o=$LAST_PID
-  { wait_for 30 envoy_live "$ADMIN" && wait_for 30 envoy_live "$o_admin"; } || { echo "hop.sh: an Envoy did not start: $RUN" >&2; exit 1; }
+  wait_for 30 envoy_live "$ADMIN" || { echo "hop.sh: the floor's Envoy did not start: $RUN" >&2; exit 1; }
   wait_for 30 curl -sf -o /dev/null "http://127.0.0.1:$port_f/k1/hop" || { echo "$fl not served: $RUN" >&2; exit 1; }
-  wait_for 30 curl -sf -o /dev/null "http://127.0.0.1:$port_o$path_o" || { echo "$other not served: $RUN/kernel.log" >&2; exit 1; }
+  # Each other scenario: a server (the kernel, or the floor calling the
+  # agent) and an Envoy of its own, on sockets and ports of their own.
+  j=0
+  for o in "${others[@]}"; do
+    j=$((j + 1))
+    read -r port_o o_admin o_up kport_o <<<"$(free_ports 4)"
+    kernel_config="$RUN/kernel.yaml"
+    [ "$o" = K1q ] && kernel_config="$RUN/kernel-quiet.yaml"
+    envoy_config "$RUN/envoy-o$j.yaml" "$port_o" "$o_admin" "$o_up" "$RUN/kernel-o$j.sock"
+    sed -i 's/response_header_mode: SKIP/response_header_mode: SEND/' "$RUN/envoy-o$j.yaml"
+    sed "s#socket_path: \"$RUN/kernel.sock\"#socket_path: \"$RUN/kernel-o$j.sock\"#" "$kernel_config" >"$RUN/kernel-o$j.yaml"
+    grep -q "kernel-o$j.sock" "$RUN/kernel-o$j.yaml" || { echo "hop.sh: no paired kernel config" >&2; exit 1; }
+    if [ "$fl" = Ft ]; then
+      sed -i "s#{pipe: {path: \"$RUN/kernel-o$j.sock\"}}#{socket_address: {address: 127.0.0.1, port_value: $kport_o}}#" "$RUN/envoy-o$j.yaml"
+      sed -i "s/^    port: 0$/    port: $kport_o/" "$RUN/kernel-o$j.yaml"
+      { grep -q "port_value: $kport_o" "$RUN/envoy-o$j.yaml" && grep -q "port: $kport_o" "$RUN/kernel-o$j.yaml"; } \
+        || { echo "hop.sh: no TCP variant of the paired configs" >&2; exit 1; }
+    fi
+    if [ "$o" = FH ]; then
+      start "floor-hop" "$BIN/pk-floor" --socket "$RUN/kernel-o$j.sock" --messages 2 "${HOP_ARGS[@]}"
+    else
+      start "kernel-o$j" "$BIN/policy-kernel" --config "$RUN/kernel-o$j.yaml"
+    fi
+    server_of[$o]=$LAST_PID
+    wait_for 30 test -S "$RUN/kernel-o$j.sock"
+    start "envoy-o$j" "$ENVOY" -c "$RUN/envoy-o$j.yaml" --concurrency 1 --disable-hot-restart -l warning --base-id "$port_o"
+    envoy_of[$o]=$LAST_PID port_of[$o]=$port_o
+    wait_for 30 envoy_live "$o_admin" || { echo "hop.sh: the Envoy of $o did not start: $RUN" >&2; exit 1; }
+    wait_for 30 curl -sf -o /dev/null "http://127.0.0.1:$port_o${path_of[$o]}" \
+      || { echo "$o not served: $RUN/kernel-o$j.log" >&2; exit 1; }
+  done
   : >"$RUN/pairs.jsonl"
+  scs=("$fl" "${others[@]}")
   for i in $(seq 1 "$PK_HOP_PAIRS"); do
-    order="$fl $other"
-    [ $((i % 2)) -eq 0 ] && order="$other $fl"
-    for sc in $order; do
+    # Each set in turn starts one scenario later (F K1, K1 F, ...; with two
+    # others F FH K1, FH K1 F, K1 F FH, ...): none is always first or last.
+    for k in $(seq 0 $(( ${#scs[@]} - 1 ))); do
+      sc=${scs[$(( (i - 1 + k) % ${#scs[@]} ))]}
       out="$RUN/h2load-$sc-$i.txt" SC=$sc a=""
       if [ "$sc" = "$fl" ]; then
         PORT=$port_f PATH_=/k1/hop e=$envoy_f s=$floor_pid
       else
-        PORT=$port_o PATH_=$path_o e=$envoy_o s=$kernel_pid
+        PORT=${port_of[$sc]} PATH_=${path_of[$sc]} e=${envoy_of[$sc]} s=${server_of[$sc]}
         case $sc in K0|K0t) ;; *) a=$EXAMPLE_PID ;; esac
       fi
       load 500 "$RUN/warm.txt" "w$i"
@@ -341,17 +366,16 @@ PY
     done
   done
   PORT=$port_f
-  python3 - "$RUN/pairs.jsonl" "$burst" "$PK_HOP_PAIRS" "$other" "$fl" <<'PY' | tee "$RUN/hop.md"
+  python3 - "$RUN/pairs.jsonl" "$burst" "$PK_HOP_PAIRS" "$fl" "${others[@]}" <<'PY' | tee "$RUN/hop.md"
 import json, statistics as st, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-n, pairs, other, fl = int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+n, pairs, fl, others = int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5:]
 by = {}
 for r in rows:
     r["ext_us"] = r["server_us"] + r["agent_us"]
     by.setdefault(r["pair"], {})[r["scenario"]] = r
-both = [p for p in by.values() if fl in p and other in p]
-cpu = sorted(p[other]["ext_us"] / p[fl]["ext_us"] for p in both if p[fl]["ext_us"] > 0)
-rps = sorted(p[other]["rps"] / p[fl]["rps"] for p in both if p[fl]["rps"] > 0)
+def ratios(sc, key):
+    return sorted(p[sc][key] / p[fl][key] for p in by.values() if fl in p and sc in p and p[fl][key] > 0)
 def q(xs):
     if not xs:
         return [float("nan")] * 3
@@ -359,16 +383,33 @@ def q(xs):
 med = lambda sc, k: st.median([r[k] for r in rows if r["scenario"] == sc])
 bad = sum(n - r["ok"] for r in rows)
 tcp = ", Envoy reaching each ext_proc server over TCP on loopback" if fl == "Ft" else ""
-print(f"One agent hop through Envoy, in pairs (benches/hop.sh, PK_HOP_PAIRS={pairs}, PK_HOP_PAIR_WITH={other}): {fl} and {other} side by side{tcp}, bursts of {n} requests in turn, h2load -c 16 -m 1; CPU per request in µs (medians); ratios per pair")
+shown = " and ".join([fl] + others) if len(others) == 1 else ", ".join([fl] + others[:-1]) + " and " + others[-1]
+kind = "pairs" if len(others) == 1 else "sets of %d" % (len(others) + 1)
+print(f"One agent hop through Envoy, in {kind} (benches/hop.sh, PK_HOP_PAIRS={pairs}, PK_HOP_PAIR_WITH=\"{' '.join(others)}\"): {shown} side by side{tcp}, bursts of {n} requests in turn, h2load -c 16 -m 1; CPU per request in µs (medians); ratios per {'pair' if len(others) == 1 else 'set'}")
 print()
 print(f"| scenario | req/s | Envoy | server | agent | ext_proc | ext_proc / {fl}: median (quartiles) | req/s / {fl}: median (quartiles) |")
 print("|---|---:|---:|---:|---:|---:|---|---|")
-for sc in (fl, other):
-    c = "1.00x" if sc == fl else "**%.2fx** (%.2f-%.2f)" % (q(cpu)[1], q(cpu)[0], q(cpu)[2])
-    t = "1.00" if sc == fl else "%.2f (%.2f-%.2f)" % (q(rps)[1], q(rps)[0], q(rps)[2])
+for sc in [fl] + others:
+    cq, tq = q(ratios(sc, "ext_us")), q(ratios(sc, "rps"))
+    c = "1.00x" if sc == fl else "**%.2fx** (%.2f-%.2f)" % (cq[1], cq[0], cq[2])
+    t = "1.00" if sc == fl else "%.2f (%.2f-%.2f)" % (tq[1], tq[0], tq[2])
     print(f"| {sc} | {med(sc, 'rps'):,.0f} | {med(sc, 'envoy_us'):.1f} | {med(sc, 'server_us'):.1f} | {med(sc, 'agent_us'):.1f} | {med(sc, 'ext_us'):.1f} | {c} | {t} |")
 print()
-print(f"Per pair, ext_proc / {fl}: " + ", ".join("%.2f" % x for x in cpu) + f". Requests not answered 2xx: {bad}.")
+for sc in others:
+    print(f"Per {'pair' if len(others) == 1 else 'set'}, ext_proc of {sc} / {fl}: " + ", ".join("%.2f" % x for x in ratios(sc, "ext_us")) + ".")
+# With the limit (FH) in the set: what each kernel scenario costs beyond it,
+# in floors, set by set (the kernel's own work, measured in the same minute).
+if "FH" in others:
+    for sc in others:
+        if sc == "FH":
+            continue
+        own = sorted((p[sc]["ext_us"] - p["FH"]["ext_us"]) / p[fl]["ext_us"]
+                     for p in by.values() if fl in p and sc in p and "FH" in p and p[fl]["ext_us"] > 0)
+        oq = q(own)
+        print()
+        print(f"{sc} beyond the limit, ({sc} - FH) / {fl} per set: **{oq[1]:.2f}** of a floor (quartiles {oq[0]:.2f}-{oq[2]:.2f}): " + ", ".join("%.2f" % x for x in own) + ".")
+print()
+print(f"Requests not answered 2xx: {bad}.")
 PY
 }
 if [ -n "${PK_HOP_PAIRS:-}" ]; then
