@@ -171,6 +171,11 @@ start_agents() {
   start python "$PY" "$ROOT/agents/examples/python/agent.py" --socket "$RUN/python.sock"; PYTHON_PID=$LAST_PID
   wait_for 30 test -S "$RUN/example.sock"; wait_for 60 test -S "$RUN/python.sock"
 }
+# scenario_path SCENARIO: the path its requests go to (the route of its
+# policies in kernel.yaml; the floors answer any path)
+scenario_path() {
+  case $1 in K0|K0t) echo /k0/hop ;; K1u) echo /k3/hop ;; K1py) echo /kb/hop ;; K1c|K1h) echo /kc/hop ;; *) echo /k1/hop ;; esac
+}
 # stack SCENARIO: starts what SCENARIO needs; sets SERVER_PID, AGENT_PID, PATH_
 stack() {
   cleanup; rm -f "$RUN"/*.sock
@@ -196,7 +201,7 @@ stack() {
       case $1 in K1|K1u|K1q|K1c|K1h|K1t) AGENT_PID=$EXAMPLE_PID ;; esac
       [ "$1" = K1py ] && AGENT_PID=$PYTHON_PID ;;
   esac
-  case $1 in K0|K0t) PATH_=/k0/hop ;; K1u) PATH_=/k3/hop ;; K1py) PATH_=/kb/hop ;; K1c|K1h) PATH_=/kc/hop ;; *) PATH_=/k1/hop ;; esac
+  PATH_=$(scenario_path "$1")
   # Served (agents discovered and healthy) before the measurement.
   wait_for 30 curl -sf -o /dev/null "http://127.0.0.1:$PORT$PATH_" \
     || { echo "$1: $PATH_ not served: $RUN/kernel.log" >&2; exit 1; }
@@ -276,11 +281,12 @@ pairs() {
   # shellcheck disable=SC2206 # a list of scenario names, split on purpose
   local others=(${PK_HOP_PAIR_WITH:-K1}) burst=${PK_HOP_REQUESTS:-10000} port_f=$PORT fl=F
   local floor_pid envoy_f i j k o sc e s a e0 s0 a0 out scs
-  local port_o o_admin o_up kport_o kernel_config
+  local port_o o_admin o_up kport_o kernel_config path_f
   local -A port_of envoy_of server_of path_of
   case ${others[0]} in *t) fl=Ft ;; esac
+  path_f=$(scenario_path "$fl")
   for o in "${others[@]}"; do
-    case $o in K0|K0t) path_of[$o]=/k0/hop ;; K1|K1q|K1t|FH) path_of[$o]=/k1/hop ;; K1c) path_of[$o]=/kc/hop ;;
+    case $o in K0|K1|K1q|K1c|K0t|K1t|FH) path_of[$o]=$(scenario_path "$o") ;;
       *) echo "hop.sh: PK_HOP_PAIR_WITH names K0, K1, K1q, K1c, K0t, K1t or FH, not $o" >&2; exit 2 ;; esac
     case $o in *t) [ "$fl" = Ft ] ;; *) [ "$fl" = F ] ;; esac \
       || { echo "hop.sh: PK_HOP_PAIR_WITH mixes scenarios over TCP and over the Unix socket: $PK_HOP_PAIR_WITH" >&2; exit 2; }
@@ -301,7 +307,7 @@ pairs() {
   start envoy-f "$ENVOY" -c "$envoy_f_config" --concurrency 1 --disable-hot-restart -l warning --base-id "$port_f"
   envoy_f=$LAST_PID
   wait_for 30 envoy_live "$ADMIN" || { echo "hop.sh: the floor's Envoy did not start: $RUN" >&2; exit 1; }
-  wait_for 30 curl -sf -o /dev/null "http://127.0.0.1:$port_f/k1/hop" || { echo "$fl not served: $RUN" >&2; exit 1; }
+  wait_for 30 curl -sf -o /dev/null "http://127.0.0.1:$port_f$path_f" || { echo "$fl not served: $RUN" >&2; exit 1; }
   # Each other scenario: a server (the kernel, or the floor calling the
   # agent) and an Envoy of its own, on sockets and ports of their own.
   j=0
@@ -342,7 +348,7 @@ pairs() {
       sc=${scs[$(( (i - 1 + k) % ${#scs[@]} ))]}
       out="$RUN/h2load-$sc-$i.txt" SC=$sc a=""
       if [ "$sc" = "$fl" ]; then
-        PORT=$port_f PATH_=/k1/hop e=$envoy_f s=$floor_pid
+        PORT=$port_f PATH_=$path_f e=$envoy_f s=$floor_pid
       else
         PORT=${port_of[$sc]} PATH_=${path_of[$sc]} e=${envoy_of[$sc]} s=${server_of[$sc]}
         case $sc in K0|K0t) ;; *) a=$EXAMPLE_PID ;; esac
