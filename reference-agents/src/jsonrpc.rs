@@ -34,21 +34,44 @@ pub struct BodyError {
     pub code: i64,
     /// Why (never the body's content).
     pub message: String,
+    /// The id of the request, when the body was one JSON object whose `id`
+    /// is a string or an integer (JSON-RPC 2.0 section 5: an error answers
+    /// with the request's id when it could be read); else `null`.
+    pub id: Value,
 }
 
 impl BodyError {
-    fn parse(message: impl Into<String>) -> Self {
+    /// An error with `code` and `message`, answered with id `null`.
+    pub fn new(code: i64, message: impl Into<String>) -> Self {
         BodyError {
-            code: PARSE_ERROR,
+            code,
             message: message.into(),
+            id: Value::Null,
         }
     }
 
+    fn parse(message: impl Into<String>) -> Self {
+        BodyError::new(PARSE_ERROR, message)
+    }
+
     fn invalid(message: impl Into<String>) -> Self {
-        BodyError {
-            code: INVALID_REQUEST,
-            message: message.into(),
-        }
+        BodyError::new(INVALID_REQUEST, message)
+    }
+
+    /// The same error, answered with `id`.
+    pub fn with_id(mut self, id: Value) -> Self {
+        self.id = id;
+        self
+    }
+}
+
+/// The id a reply to `message` can carry even when the message is not
+/// valid JSON-RPC: its `id` when that is a string (at most [`MAX_ID_LEN`]
+/// bytes) or an integer, else `null`. What the official servers echo.
+pub fn readable_id(message: &Value) -> Value {
+    match message.get("id") {
+        Some(id) if valid_id(id).is_ok() => id.clone(),
+        _ => Value::Null,
     }
 }
 
@@ -170,10 +193,13 @@ pub fn parse(body: &[u8]) -> Result<Envelope, BodyError> {
             }
             Ok(Envelope { messages, batch: true })
         }
-        other => Ok(Envelope {
-            messages: vec![message(other)?],
-            batch: false,
-        }),
+        other => {
+            let id = readable_id(&other);
+            Ok(Envelope {
+                messages: vec![message(other).map_err(|e| e.with_id(id))?],
+                batch: false,
+            })
+        }
     }
 }
 

@@ -124,3 +124,22 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn errors_keep_the_requests_id_when_it_was_readable() {
+    // JSON-RPC 2.0 section 5: the id of the request it answers, when it
+    // could be read; null otherwise (what the official servers answer).
+    assert_eq!(
+        err(br#"{"jsonrpc":"1.0","id":7,"method":"x"}"#).id,
+        serde_json::json!(7)
+    );
+    assert_eq!(err(br#"{"jsonrpc":"2.0","id":"a-1"}"#).id, serde_json::json!("a-1"));
+    assert_eq!(
+        err(br#"{"jsonrpc":"2.0","id":"q","method":5}"#).id,
+        serde_json::json!("q")
+    );
+    assert_eq!(err(br#"{"jsonrpc":"1.0","id":true,"method":"x"}"#).id, Value::Null);
+    assert_eq!(err(br#"{"jsonrpc":"1.0","id":1.5,"method":"x"}"#).id, Value::Null);
+    assert_eq!(err(br#"{"jsonrpc":"2.0","id":1,"#).id, Value::Null);
+    assert_eq!(err(br#"[{"jsonrpc":"1.0","id":3,"method":"x"}]"#).id, Value::Null);
+}

@@ -1,7 +1,7 @@
 """A small A2A agent server (official Python SDK a2a-sdk 1.3.0, protocol 1.0
 with the SDK's 0.3 compatibility) for the A2A end-to-end tests.
 
-Usage: server.py (--port-file FILE | --port N) [--no-v03] [--dump]
+Usage: server.py (--port-file FILE | --port N) [--no-v03] [--dump] [--record FILE]
 Binds 127.0.0.1: with --port-file on a port of its own choosing, written to
 FILE once listening (tests); with --port on N. Serves until killed:
   GET  /.well-known/agent-card.json   the agent card
@@ -20,6 +20,14 @@ apart (the first 400 ms after the task), then 400 ms later the artifact
 "echo: <text>" at once. A message naming a skill (metadata {"skill": S})
 gets " [skill=S]" appended to the artifact text. Tasks and push configs are
 kept in memory; push notifications are stored, never delivered.
+
+With --record, appends one JSON line to FILE for everything the agent acts
+on, as the SDK parsed it (its own objects, whatever version and binding
+carried them): {"event": "execute", "task_id", "message_id", "message_task_id",
+"reference_task_ids", "texts", "data", "file_urls", "file_names", "skill"}
+per message the executor runs, and {"event": "push_config", "task_id",
+"url"} per push-notification config stored. The parser-parity harness
+(tests/a2a/parity.py) reads it.
 
 Prints one JSON line per request to stdout:
   {"method": "POST", "path": "/", "a2a_version": "1.0" or null}
@@ -55,6 +63,53 @@ def out(obj) -> None:
     print(json.dumps(obj), flush=True)
 
 
+RECORD = None
+
+
+def record(obj) -> None:
+    """One line of what the agent acts on (--record)."""
+    if RECORD:
+        with open(RECORD, "a") as f:
+            f.write(json.dumps(obj) + "\n")
+
+
+def record_message(msg, task_id) -> None:
+    from google.protobuf.json_format import MessageToDict
+
+    texts, data, urls, names = [], [], [], []
+    for p in msg.parts:
+        kind = p.WhichOneof("content")
+        if kind == "text":
+            texts.append(p.text)
+        elif kind == "data":
+            data.append(MessageToDict(p)["data"])
+        elif kind == "url":
+            urls.append(p.url)
+        if p.filename:
+            names.append(p.filename)
+    record({
+        "event": "execute",
+        "message_id": msg.message_id,
+        "task_id": task_id,
+        "message_task_id": msg.task_id,
+        "reference_task_ids": list(msg.reference_task_ids),
+        "texts": texts,
+        "data": data,
+        "file_urls": urls,
+        "file_names": names,
+        "skill": msg.metadata["skill"] if "skill" in msg.metadata else None,
+        "metadata": MessageToDict(msg).get("metadata", {}),
+    })
+
+
+class RecordingPushStore(InMemoryPushNotificationConfigStore):
+    """The in-memory push config store, recording each config it keeps."""
+
+    async def set_info(self, task_id, notification_config, *args, **kwargs):
+        record({"event": "push_config", "task_id": task_id, "url": notification_config.url})
+        return await super().set_info(task_id, notification_config, *args, **kwargs)
+
+
 class EchoAgent(AgentExecutor):
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         msg = context.message
@@ -65,6 +120,7 @@ class EchoAgent(AgentExecutor):
         if task is None:
             task = new_task_from_user_message(msg)
             await event_queue.enqueue_event(task)
+        record_message(msg, task.id)
         updater = TaskUpdater(event_queue, task.id, task.context_id)
         if text.startswith("slow"):
             # 400 ms before step 1 as well: the first SSE response of a fresh
@@ -177,7 +233,10 @@ def main() -> None:
     where.add_argument("--port", type=int)
     parser.add_argument("--no-v03", action="store_true", help="serve protocol 1.0 only")
     parser.add_argument("--dump", action="store_true", help="log request/response headers and bodies")
+    parser.add_argument("--record", help="append what the agent acts on to this file (JSON lines)")
     args = parser.parse_args()
+    global RECORD
+    RECORD = args.record
     v03 = not args.no_v03
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -192,7 +251,7 @@ def main() -> None:
         agent_executor=EchoAgent(),
         task_store=InMemoryTaskStore(),
         agent_card=card,
-        push_config_store=InMemoryPushNotificationConfigStore(),
+        push_config_store=RecordingPushStore(),
         extended_agent_card=make_card(base, EXTENDED_SKILLS, v03),
     )
     routes = (

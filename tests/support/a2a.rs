@@ -27,6 +27,12 @@ pub struct A2aServer {
 impl A2aServer {
     /// Starts `server.py` on a port it picks; its log is `<dir>/a2a-server.log`.
     pub fn start(dir: &Path) -> Self {
+        A2aServer::start_with(dir, None)
+    }
+
+    /// Starts `server.py`, recording what its agent acts on into `record`
+    /// (`--record`) when given.
+    pub fn start_with(dir: &Path, record: Option<&Path>) -> Self {
         let port_file = dir.join("a2a-server.port");
         let log = dir.join("a2a-server.log");
         let mut cmd = Command::new(python());
@@ -34,6 +40,9 @@ impl A2aServer {
             .arg(a2a_dir().join("server.py"))
             .arg("--port-file")
             .arg(&port_file);
+        if let Some(r) = record {
+            cmd.arg("--record").arg(r);
+        }
         let proc = Proc::spawn("a2a-server", &mut cmd, &log);
         let port = super::port_from_file(&port_file, Duration::from_secs(30), "the A2A server", &log);
         A2aServer { proc, port, log }
@@ -43,6 +52,29 @@ impl A2aServer {
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+}
+
+/// Runs the parser-parity harness (`parity.py`) against the gateway's
+/// `base` URL of the agent, reading the server's `record`: its exit status
+/// and its report (stdout and stderr).
+pub fn parity(base: &str, record: &Path, alice: &str, bob: &str) -> (bool, String) {
+    let out = Command::new(python())
+        .current_dir(a2a_dir())
+        .arg(a2a_dir().join("parity.py"))
+        .arg(base)
+        .arg(record)
+        .args([alice, bob])
+        .output()
+        .expect("run parity.py");
+    (
+        out.status.success(),
+        format!(
+            "{}\n{}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
 }
 
 /// The JSON lines a client printed, and its stderr.
@@ -56,36 +88,50 @@ fn lines(out: std::process::Output) -> (Vec<Value>, String) {
 /// One Python SDK client run: the card from `card_base`, then `steps` over
 /// `binding` (`jsonrpc` or `rest`), with `headers` on every request.
 pub fn py_client(card_base: &str, headers: &Value, steps: &Value, binding: &str) -> (Vec<Value>, String) {
-    let out = Command::new(python())
-        .current_dir(a2a_dir())
-        .arg(a2a_dir().join("client.py"))
-        .args([
-            card_base,
-            &headers.to_string(),
-            &steps.to_string(),
-            "--binding",
-            binding,
-        ])
-        .output()
-        .expect("run client.py");
-    lines(out)
+    py_client_v(card_base, headers, steps, binding, false)
+}
+
+/// [`py_client`], with the SDK's protocol 0.3 transports when `v03`.
+pub fn py_client_v(card_base: &str, headers: &Value, steps: &Value, binding: &str, v03: bool) -> (Vec<Value>, String) {
+    let mut cmd = Command::new(python());
+    cmd.current_dir(a2a_dir()).arg(a2a_dir().join("client.py")).args([
+        card_base,
+        &headers.to_string(),
+        &steps.to_string(),
+        "--binding",
+        binding,
+    ]);
+    if v03 {
+        cmd.arg("--v03");
+    }
+    lines(cmd.output().expect("run client.py"))
 }
 
 /// One JavaScript SDK client run (`js/client.mjs`), as [`py_client`].
 pub fn js_client(card_base: &str, headers: &Value, steps: &Value) -> (Vec<Value>, String) {
+    js_client_v(card_base, headers, steps, "jsonrpc", false)
+}
+
+/// [`js_client`] over `binding`, with the SDK's 0.3 transports when `v03`.
+pub fn js_client_v(card_base: &str, headers: &Value, steps: &Value, binding: &str, v03: bool) -> (Vec<Value>, String) {
     let js = a2a_dir().join("js");
     assert!(
         js.join("node_modules/@a2a-js/sdk").exists(),
         "{}/node_modules missing: run `make test` (it runs `npm ci` there)",
         js.display()
     );
-    let out = Command::new("node")
-        .current_dir(&js)
-        .arg(js.join("client.mjs"))
-        .args([card_base, &headers.to_string(), &steps.to_string()])
-        .output()
-        .expect("run node client.mjs");
-    lines(out)
+    let mut cmd = Command::new("node");
+    cmd.current_dir(&js).arg(js.join("client.mjs")).args([
+        card_base,
+        &headers.to_string(),
+        &steps.to_string(),
+        "--binding",
+        binding,
+    ]);
+    if v03 {
+        cmd.arg("--v03");
+    }
+    lines(cmd.output().expect("run node client.mjs"))
 }
 
 /// The line of `step` (the first one).

@@ -9,6 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub mod a2a;
+pub mod a2a_stack;
 pub mod agents;
 pub mod certs;
 pub mod chaos;

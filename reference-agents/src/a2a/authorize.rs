@@ -24,14 +24,21 @@ use serde_json::json;
 
 use super::call::{text_field, Binding, Call, Op};
 use super::errors::{self, Kind, Refusal};
-use super::{denial, metadata_text, SEND_METHODS};
+use super::{denial, metadata_text, unknown_fields, SEND_METHODS};
 use crate::param_cache::ParamCache;
 use crate::rules::{Caller, Rules};
 use crate::tool::{deny::config_error, Style};
 use policy_agents::{describe, ParamError, Params, Policy, PolicyError, RequestContext, RequestOutcome};
 
 const NAME: &str = "a2aAuthorization";
-const KEYS: &[&str] = &["rules", "skill", "skill_metadata_key", "denial", "jsonrpc_error_code"];
+const KEYS: &[&str] = &[
+    "rules",
+    "skill",
+    "skill_metadata_key",
+    "denial",
+    "jsonrpc_error_code",
+    "unknown_fields",
+];
 
 /// The rule name of the public card.
 pub const ALWAYS_ALLOWED: &str = "always_allowed";
@@ -44,6 +51,7 @@ pub(super) struct AuthzParams {
     skill_key: String,
     pub(super) style: Style,
     pub(super) code: i64,
+    strict: bool,
 }
 
 impl AuthzParams {
@@ -63,6 +71,7 @@ impl AuthzParams {
                 .to_string(),
             style: denial(p)?,
             code: p.parse_or("jsonrpc_error_code", errors::DENIED)?,
+            strict: unknown_fields(p)?,
         })
     }
 }
@@ -151,7 +160,7 @@ impl Policy for A2aAuthorization {
             .cache
             .get(params, AuthzParams::parse)
             .map_err(|e| config_error(NAME, &e))?;
-        let call = match Call::read(ctx.request.method(), ctx.request.path(), ctx.request.body()) {
+        let call = match Call::of(&ctx.request, cfg.strict) {
             Ok(c) => c,
             Err(u) => return Ok(unreadable(&u, cfg.style, cfg.code)),
         };

@@ -12,14 +12,24 @@
 //!   `GET /extendedAgentCard`; and the card itself, `GET
 //!   /.well-known/agent-card.json` (also the older `agent.json`).
 //!
-//! Field names are read in both spellings, camelCase (protobuf JSON, what
-//! the SDKs send) and snake_case, as the official server accepts both; a
-//! body naming one field in both spellings is refused as invalid
-//! ([`ambiguous`]), since the server would take whichever comes last.
+//! The binding is the server's: a path that names an HTTP+JSON operation
+//! is read as HTTP+JSON whatever its body holds (the server routes by
+//! path), any other POST with a JSON-RPC body as JSON-RPC. The path is
+//! read percent-decoded, as the server matches it. The protocol version is
+//! the method name's (JSON-RPC) or the path's (`/v1/...` is 0.3 over
+//! HTTP+JSON); an `A2A-Version: 1.x` header on a 0.3 path is refused, since
+//! a server without 0.3 could read it as 1.0 under a tenant `v1`.
+//!
+//! The params are read by [`super::shapes`], in the version's and
+//! binding's own field names and spellings, into the A2A 1.0 shape that
+//! every policy reads: a field named twice is refused, and so (with
+//! `strict`) is a member the version does not define in a governed place.
 
 use serde_json::Value;
 
+use super::shapes::{self, Dialect};
 use crate::jsonrpc::{self, BodyError, Kind};
+use policy_agents::RequestView;
 
 /// An A2A operation, named by its A2A 1.0 method name ([`Op::name`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,13 +134,17 @@ pub enum Binding {
 pub struct Call {
     /// The binding.
     pub binding: Binding,
+    /// The protocol version and binding whose field names the call used.
+    pub dialect: Dialect,
     /// The operation; `None` for a method or path A2A does not define.
     pub op: Option<Op>,
     /// The A2A 1.0 name of the operation; for one A2A does not define, the
     /// method as sent (a JSON-RPC method, or `METHOD /path` for REST), at
     /// most 128 characters.
     pub method: String,
-    /// The params (JSON-RPC) or the body (REST), `Null` when none.
+    /// The params (JSON-RPC) or the body (REST), `Null` when none; for a
+    /// send and a push config, read into the A2A 1.0 shape
+    /// ([`shapes::read_params`]), whatever version and binding carried them.
     pub params: Value,
     /// The task the call addresses, from the params or the path.
     pub task_id: Option<String>,
@@ -171,46 +185,90 @@ pub(super) fn unique(ids: &mut Vec<&str>) {
     });
 }
 
+/// The name of the A2A version header.
+pub const VERSION_HEADER: &str = "a2a-version";
+
 impl Call {
-    /// Reads a request: `None` when it is neither a JSON-RPC body nor an
-    /// A2A path (the rules see it as method `METHOD /path`, which no rule
-    /// of A2A names: default deny).
+    /// Reads a request as the policies do ([`Call::read_with`]), members
+    /// the version does not define refused (`strict`).
     pub fn read(method: &str, path: &str, body: Option<&[u8]>) -> Result<Call, Unreadable> {
-        let path = path.split(['?', '#']).next().unwrap_or(path);
+        Call::read_with(method, path, None, body, true)
+    }
+
+    /// Reads the request a policy sees; `strict` as its `unknown_fields`
+    /// param says.
+    pub fn of(request: &RequestView<'_>, strict: bool) -> Result<Call, Unreadable> {
+        Call::read_with(
+            request.method(),
+            request.path(),
+            request.header(VERSION_HEADER),
+            request.body(),
+            strict,
+        )
+    }
+
+    /// Reads a request: `method`, `path`, the `A2A-Version` header and the
+    /// body. A request that names no A2A operation reads as method `METHOD
+    /// /path`, which no rule of A2A names (default deny).
+    pub fn read_with(
+        method: &str,
+        path: &str,
+        version: Option<&str>,
+        body: Option<&[u8]>,
+        strict: bool,
+    ) -> Result<Call, Unreadable> {
+        let raw_path = path.split(['?', '#']).next().unwrap_or(path);
+        // The server matches the decoded path.
+        let decoded = percent_decode(raw_path);
         let body = body.filter(|b| !b.iter().all(u8::is_ascii_whitespace));
-        if method.eq_ignore_ascii_case("POST") {
+        let rest = rest_op(method, &decoded);
+        if rest.op.is_none() && method.eq_ignore_ascii_case("POST") {
             if let Some(b) = body {
                 if looks_jsonrpc(b) {
-                    return jsonrpc_call(b);
+                    return jsonrpc_call(b, strict);
                 }
             }
         }
-        let params = match body {
-            Some(b) => serde_json::from_slice(b).map_err(|e| Unreadable {
-                binding: Binding::Rest,
-                code: 400,
-                message: format!("body is not JSON: {e}"),
-            })?,
+        let bad = |message: String| Unreadable {
+            binding: Binding::Rest,
+            code: 400,
+            message,
+        };
+        if rest.v03 && version.is_some_and(|v| v.trim().starts_with('1')) {
+            return Err(bad(format!(
+                "an A2A 0.3 path with {VERSION_HEADER}: {}",
+                version.unwrap_or_default().trim()
+            )));
+        }
+        let mut params = match body {
+            Some(b) => serde_json::from_slice(b).map_err(|e| bad(format!("body is not JSON: {e}")))?,
             None => Value::Null,
         };
-        if let Some(field) = ambiguous(&params) {
-            return Err(Unreadable {
-                binding: Binding::Rest,
-                code: 400,
-                message: format!("the body names {field} in two spellings"),
-            });
+        let dialect = if rest.v03 { Dialect::V03Rest } else { Dialect::V10 };
+        // The server reads the body of a send and of a new push config;
+        // the other calls take everything from the path and the query.
+        if let Some(op @ (Op::SendMessage | Op::SendStreamingMessage | Op::CreatePushConfig)) = rest.op {
+            params = shapes::read_params(op, dialect, &params, strict).map_err(bad)?;
+            if op == Op::CreatePushConfig {
+                if let Some(t) = &rest.task {
+                    // The path's task wins over the body's.
+                    params["taskId"] = Value::String(t.clone());
+                }
+            }
+        } else if let Some(field) = ambiguous(&params) {
+            return Err(bad(format!("the body names {field} in two spellings")));
         }
-        let (op, task_id) = rest_op(method, path);
-        let shown: String = format!("{} {}", method.to_ascii_uppercase(), path)
+        let shown: String = format!("{} {}", method.to_ascii_uppercase(), raw_path)
             .chars()
             .take(128)
             .collect();
         Ok(Call {
             binding: Binding::Rest,
-            op,
-            method: op.map_or(shown, |o| o.name().to_string()),
+            dialect,
+            op: rest.op,
+            method: rest.op.map_or(shown, |o| o.name().to_string()),
             params,
-            task_id,
+            task_id: rest.task,
         })
     }
 
@@ -226,8 +284,8 @@ impl Call {
     pub fn tasks(&self) -> Vec<&str> {
         let mut out: Vec<&str> = self.task_id.iter().map(String::as_str).collect();
         if let Some(m) = self.message() {
-            out.extend(text_field(m, TASK_ID));
-            if let Some(Value::Array(refs)) = field(m, &["referenceTaskIds", "reference_task_ids"]) {
+            out.extend(text_field(m, &["taskId"]));
+            if let Some(Value::Array(refs)) = m.get("referenceTaskIds") {
                 out.extend(refs.iter().filter_map(Value::as_str));
             }
         }
@@ -237,52 +295,26 @@ impl Call {
 
     /// The push-notification URLs the call gives the agent: a send's
     /// `configuration.taskPushNotificationConfig.url` (0.3
-    /// `pushNotificationConfig`), a config's own `url`.
+    /// `pushNotificationConfig`, `pushNotification`), a new config's `url`.
     pub fn push_urls(&self) -> Vec<&str> {
-        let mut out = Vec::new();
-        match self.op {
-            Some(o) if o.sends() => {
-                let conf = field(&self.params, &["configuration"]).and_then(|c| {
-                    field(
-                        c,
-                        &[
-                            "taskPushNotificationConfig",
-                            "task_push_notification_config",
-                            "pushNotificationConfig",
-                            "push_notification_config",
-                        ],
-                    )
-                });
-                if let Some(c) = conf {
-                    config_urls(c, &mut out);
-                }
-            }
-            Some(Op::CreatePushConfig) => config_urls(&self.params, &mut out),
-            _ => {}
-        }
-        out
+        let conf = match self.op {
+            Some(o) if o.sends() => self
+                .params
+                .get("configuration")
+                .and_then(|c| c.get("taskPushNotificationConfig")),
+            Some(Op::CreatePushConfig) => Some(&self.params),
+            _ => None,
+        };
+        conf.and_then(|c| text_field(c, &["url"])).into_iter().collect()
     }
 
-    /// The URLs of a send's file parts: `parts[].url` (1.0), `parts[].file.uri` (0.3).
+    /// The URLs of a send's file parts: `parts[].url` (0.3 `file.uri`,
+    /// `file.fileWithUri`).
     pub fn file_urls(&self) -> Vec<&str> {
         let Some(Value::Array(parts)) = self.message().and_then(|m| m.get("parts")) else {
             return Vec::new();
         };
-        parts
-            .iter()
-            .filter_map(|p| {
-                text_field(p, &["url", "uri"]).or_else(|| p.get("file").and_then(|f| text_field(f, &["uri", "url"])))
-            })
-            .collect()
-    }
-}
-
-/// The `url` of a push-notification config, and of the config nested in
-/// it (0.3 `pushNotificationConfig`).
-fn config_urls<'v>(c: &'v Value, out: &mut Vec<&'v str>) {
-    out.extend(text_field(c, &["url"]));
-    for nested in ["pushNotificationConfig", "push_notification_config", "config"] {
-        out.extend(c.get(nested).and_then(|n| text_field(n, &["url"])));
+        parts.iter().filter_map(|p| text_field(p, &["url"])).collect()
     }
 }
 
@@ -332,24 +364,21 @@ fn looks_jsonrpc(body: &[u8]) -> bool {
     matches!(first, Some(b'{') | Some(b'[')) && body.windows(9).any(|w| w == b"\"jsonrpc\"")
 }
 
-fn jsonrpc_call(body: &[u8]) -> Result<Call, Unreadable> {
+fn jsonrpc_call(body: &[u8], strict: bool) -> Result<Call, Unreadable> {
     let unreadable = |e: BodyError| Unreadable {
-        binding: Binding::JsonRpc { id: Value::Null },
+        binding: Binding::JsonRpc { id: e.id },
         code: e.code,
         message: e.message,
     };
     let env = jsonrpc::parse(body).map_err(unreadable)?;
     if env.batch {
-        return Err(unreadable(BodyError {
-            code: jsonrpc::INVALID_REQUEST,
-            message: "A2A does not define batches".into(),
-        }));
+        return Err(unreadable(BodyError::new(
+            jsonrpc::INVALID_REQUEST,
+            "A2A does not define batches",
+        )));
     }
     let Some(m) = env.messages.into_iter().next() else {
-        return Err(unreadable(BodyError {
-            code: jsonrpc::INVALID_REQUEST,
-            message: "empty body".into(),
-        }));
+        return Err(unreadable(BodyError::new(jsonrpc::INVALID_REQUEST, "empty body")));
     };
     let id = m.id.clone().unwrap_or(Value::Null);
     let (Kind::Request | Kind::Notification, Some(method)) = (m.kind, m.method) else {
@@ -360,31 +389,41 @@ fn jsonrpc_call(body: &[u8]) -> Result<Call, Unreadable> {
         });
     };
     let op = Op::of_method(&method);
-    let params = m.params.unwrap_or(Value::Null);
-    if let Some(field) = ambiguous(&params) {
-        return Err(Unreadable {
-            binding: Binding::JsonRpc { id },
-            code: jsonrpc::INVALID_PARAMS,
-            message: format!("params name {field} in two spellings"),
-        });
-    }
+    let dialect = if method.contains('/') {
+        Dialect::V03JsonRpc
+    } else {
+        Dialect::V10
+    };
+    let invalid_params = |message: String| Unreadable {
+        binding: Binding::JsonRpc { id: id.clone() },
+        code: jsonrpc::INVALID_PARAMS,
+        message,
+    };
+    let raw = m.params.unwrap_or(Value::Null);
+    let params = match op {
+        Some(op) => shapes::read_params(op, dialect, &raw, strict).map_err(invalid_params)?,
+        None => {
+            if let Some(field) = ambiguous(&raw) {
+                return Err(invalid_params(format!("params name {field} in two spellings")));
+            }
+            raw
+        }
+    };
     let task_id = match op {
         Some(Op::GetTask | Op::CancelTask | Op::SubscribeToTask) => text_field(&params, &["id"]),
-        // 1.0 names the task `taskId`; 0.3's get/list/delete name it `id`.
-        Some(Op::CreatePushConfig | Op::GetPushConfig | Op::ListPushConfigs | Op::DeletePushConfig) => {
-            text_field(&params, TASK_ID).or_else(|| {
-                if method.starts_with("tasks/") {
-                    text_field(&params, &["id"])
-                } else {
-                    None
-                }
-            })
-        }
+        // 1.0 names the task `taskId` (a new config's, in the 1.0 shape,
+        // too); 0.3's get/list/delete name it `id`.
+        Some(Op::CreatePushConfig) => text_field(&params, &["taskId"]),
+        Some(Op::GetPushConfig | Op::ListPushConfigs | Op::DeletePushConfig) => match dialect {
+            Dialect::V10 => text_field(&params, TASK_ID),
+            _ => text_field(&params, &["id"]),
+        },
         _ => None,
     }
     .map(String::from);
     Ok(Call {
         binding: Binding::JsonRpc { id },
+        dialect,
         op,
         method: op.map_or_else(|| method.chars().take(128).collect(), |o| o.name().to_string()),
         params,
@@ -392,48 +431,72 @@ fn jsonrpc_call(body: &[u8]) -> Result<Call, Unreadable> {
     })
 }
 
-/// The operation and task of an HTTP+JSON path (after any prefix).
-fn rest_op(method: &str, path: &str) -> (Option<Op>, Option<String>) {
+/// What an HTTP+JSON path names.
+#[derive(Debug, Default)]
+struct RestOp {
+    op: Option<Op>,
+    task: Option<String>,
+    /// Under `/v1/`: the 0.3 binding.
+    v03: bool,
+}
+
+/// The operation and task of a (decoded) HTTP+JSON path, after any prefix.
+fn rest_op(method: &str, path: &str) -> RestOp {
     let get = method.eq_ignore_ascii_case("GET");
     let post = method.eq_ignore_ascii_case("POST");
     let delete = method.eq_ignore_ascii_case("DELETE");
+    let v03 = |base: &str| base.ends_with("/v1") || base == "v1";
+    let at = |op: Op, suffix: &str| RestOp {
+        op: Some(op),
+        task: None,
+        v03: v03(&path[..path.len() - suffix.len()]),
+    };
     if get && (path.ends_with("/.well-known/agent-card.json") || path.ends_with("/.well-known/agent.json")) {
-        return (Some(Op::GetAgentCard), None);
+        return RestOp {
+            op: Some(Op::GetAgentCard),
+            ..RestOp::default()
+        };
     }
-    if get && (path.ends_with("/extendedAgentCard") || path.ends_with("/card")) {
-        return (Some(Op::GetExtendedAgentCard), None);
+    if get && path.ends_with("/extendedAgentCard") {
+        return at(Op::GetExtendedAgentCard, "/extendedAgentCard");
+    }
+    if get && path.ends_with("/card") {
+        return at(Op::GetExtendedAgentCard, "/card");
     }
     if post && path.ends_with("/message:send") {
-        return (Some(Op::SendMessage), None);
+        return at(Op::SendMessage, "/message:send");
     }
     if post && path.ends_with("/message:stream") {
-        return (Some(Op::SendStreamingMessage), None);
+        return at(Op::SendStreamingMessage, "/message:stream");
     }
     if get && path.ends_with("/tasks") {
-        return (Some(Op::ListTasks), None);
+        return at(Op::ListTasks, "/tasks");
     }
     // `.../tasks/{id}[:verb][/pushNotificationConfigs[/{id}]]`
     let Some(at) = path.rfind("/tasks/") else {
-        return (None, None);
+        return RestOp::default();
     };
     let rest = &path[at + "/tasks/".len()..];
     let (task, tail) = rest.split_once('/').unwrap_or((rest, ""));
     let (task, verb) = task.split_once(':').unwrap_or((task, ""));
     if task.is_empty() {
-        return (None, None);
+        return RestOp::default();
     }
-    let task = percent_decode(task);
     let op = match (verb, tail.split('/').collect::<Vec<_>>().as_slice()) {
-        ("", [""]) if get => Op::GetTask,
-        ("cancel", [""]) if post => Op::CancelTask,
-        ("subscribe", [""]) if get || post => Op::SubscribeToTask,
-        ("", ["pushNotificationConfigs"]) if post => Op::CreatePushConfig,
-        ("", ["pushNotificationConfigs"]) if get => Op::ListPushConfigs,
-        ("", ["pushNotificationConfigs", id]) if get && !id.is_empty() => Op::GetPushConfig,
-        ("", ["pushNotificationConfigs", id]) if delete && !id.is_empty() => Op::DeletePushConfig,
-        _ => return (None, Some(task)),
+        ("", [""]) if get => Some(Op::GetTask),
+        ("cancel", [""]) if post => Some(Op::CancelTask),
+        ("subscribe", [""]) if get || post => Some(Op::SubscribeToTask),
+        ("", ["pushNotificationConfigs"]) if post => Some(Op::CreatePushConfig),
+        ("", ["pushNotificationConfigs"]) if get => Some(Op::ListPushConfigs),
+        ("", ["pushNotificationConfigs", id]) if get && !id.is_empty() => Some(Op::GetPushConfig),
+        ("", ["pushNotificationConfigs", id]) if delete && !id.is_empty() => Some(Op::DeletePushConfig),
+        _ => None,
     };
-    (Some(op), Some(task))
+    RestOp {
+        op,
+        task: Some(task.to_string()),
+        v03: v03(&path[..at]),
+    }
 }
 
 /// `%XX` escapes of a path segment decoded (lossy UTF-8).

@@ -142,12 +142,38 @@ fn unreadable_bodies_are_refused_in_their_binding() {
 fn urls_handed_to_the_agent_are_found() {
     let send = rpc(
         "message/send",
-        json!({"message": {"messageId": "m", "parts": [{"kind": "file", "file": {"uri": "http://10.0.0.1/x"}}, {"url": "https://ok.example/y"}]},
+        json!({"message": {"messageId": "m", "parts": [{"kind": "file", "file": {"uri": "http://10.0.0.1/x"}}, {"kind": "file", "file": {"uri": "https://ok.example/y"}}]},
                "configuration": {"pushNotificationConfig": {"url": "http://127.0.0.1/hook"}}}),
     );
     let c = Call::read("POST", "/", Some(&send)).unwrap();
     assert_eq!(c.push_urls(), ["http://127.0.0.1/hook"]);
     assert_eq!(c.file_urls(), ["http://10.0.0.1/x", "https://ok.example/y"]);
+    // A 1.0 part (`url`) in a 0.3 message is not what the 0.3 server reads.
+    let mixed = rpc(
+        "message/send",
+        json!({"message": {"messageId": "m", "parts": [{"url": "http://10.0.0.1/x"}]}}),
+    );
+    let e = Call::read("POST", "/", Some(&mixed)).unwrap_err();
+    assert!(e.message.contains("parts[0].url"), "{}", e.message);
+    // 0.3 over HTTP+JSON: `content`, `file.fileWithUri`, `pushNotification`.
+    let rest = json!({"message": {"messageId": "m", "content": [{"file": {"fileWithUri": "http://10.0.0.2/f"}}]},
+        "configuration": {"pushNotification": {"url": "http://10.0.0.3/p"}}});
+    let c = Call::read("POST", "/a2a/rest/v1/message:send", Some(rest.to_string().as_bytes())).unwrap();
+    assert_eq!(
+        (c.file_urls(), c.push_urls()),
+        (vec!["http://10.0.0.2/f"], vec!["http://10.0.0.3/p"])
+    );
+    let set = json!({"parent": "tasks/t", "config": {"pushNotificationConfig": {"url": "http://10.0.0.4/p"}}});
+    let c = Call::read(
+        "POST",
+        "/rest/v1/tasks/t9/pushNotificationConfigs",
+        Some(set.to_string().as_bytes()),
+    )
+    .unwrap();
+    assert_eq!(
+        (c.push_urls(), c.task_id.as_deref()),
+        (vec!["http://10.0.0.4/p"], Some("t9"))
+    );
     let create = rpc(
         "CreateTaskPushNotificationConfig",
         json!({"taskId": "t", "url": "https://h.example/p"}),
@@ -174,4 +200,54 @@ fn a_field_in_two_spellings_is_refused() {
         ambiguous(&json!({"referenceTaskIds": [], "reference_task_ids": []})).as_deref(),
         Some("referenceTaskIds")
     );
+}
+
+#[test]
+fn the_server_routes_by_path() {
+    // An HTTP+JSON path is read as HTTP+JSON whatever the body holds: a
+    // JSON-RPC envelope there is unknown members beside the message.
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "t"},
+        "message": {"messageId": "m", "parts": [{"text": "x"}], "metadata": {"skill": "admin_reset"}}});
+    let e = Call::read("POST", "/rest/message:send", Some(body.to_string().as_bytes())).unwrap_err();
+    assert_eq!((e.binding, e.code), (Binding::Rest, 400));
+    let lax = Call::read_with(
+        "POST",
+        "/rest/message:send",
+        None,
+        Some(body.to_string().as_bytes()),
+        false,
+    )
+    .unwrap();
+    assert_eq!(lax.op, Some(Op::SendMessage));
+    assert_eq!(lax.message().unwrap()["metadata"]["skill"], "admin_reset");
+    // The path is matched decoded, as the server matches it.
+    let c = Call::read("POST", "/rest/tasks/a%2Db%3Acancel", None).unwrap();
+    assert_eq!((c.op, c.task_id.as_deref()), (Some(Op::CancelTask), Some("a-b")));
+    let c = Call::read("POST", "/rest/message%3Asend", Some(b"{}")).unwrap();
+    assert_eq!(c.op, Some(Op::SendMessage));
+    // The version: the path's; a 1.0 header on a 0.3 path is refused.
+    let c = Call::read("POST", "/x/rest/v1/message:send", Some(b"{}")).unwrap();
+    assert_eq!(c.dialect, Dialect::V03Rest);
+    let c = Call::read("POST", "/acme/rest/message:send", Some(b"{}")).unwrap();
+    assert_eq!(c.dialect, Dialect::V10);
+    assert!(Call::read_with("POST", "/rest/v1/message:send", Some("1.0"), Some(b"{}"), true).is_err());
+    assert!(Call::read_with("POST", "/rest/v1/message:send", Some("0.3"), Some(b"{}"), true).is_ok());
+}
+
+#[test]
+fn jsonrpc_refusals_keep_the_requests_id() {
+    for (body, id) in [
+        (
+            json!({"jsonrpc": "1.0", "id": "r-1", "method": "SendMessage"}),
+            json!("r-1"),
+        ),
+        (json!({"jsonrpc": "2.0", "id": 9}), json!(9)),
+        (
+            json!({"jsonrpc": "2.0", "id": 4, "method": "SendMessage", "params": {"message": {"content": []}}}),
+            json!(4),
+        ),
+    ] {
+        let e = Call::read("POST", "/", Some(body.to_string().as_bytes())).unwrap_err();
+        assert_eq!(e.binding, Binding::JsonRpc { id }, "{body}");
+    }
 }

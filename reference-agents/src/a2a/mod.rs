@@ -37,6 +37,7 @@ mod card;
 pub mod errors;
 pub mod parts;
 mod replies;
+pub mod shapes;
 mod tasks;
 mod urls;
 
@@ -73,6 +74,23 @@ fn denial(p: &Params) -> Result<Style, ParamError> {
             "denial",
             other,
             "expected jsonrpc_error or http_403",
+        )),
+    }
+}
+
+/// Param `unknown_fields`: `refuse` (the default) refuses a call carrying
+/// a member its protocol version does not define in a governed place (the
+/// params, a message, a part, a file, a send's configuration, a push
+/// config); `ignore` leaves such members out, as the reference server does
+/// ([`shapes`]). True when strict.
+fn unknown_fields(p: &Params) -> Result<bool, ParamError> {
+    match p.get("unknown_fields").map(str::trim) {
+        None | Some("") | Some("refuse") => Ok(true),
+        Some("ignore") => Ok(false),
+        Some(other) => Err(ParamError::invalid(
+            "unknown_fields",
+            other,
+            "expected refuse or ignore",
         )),
     }
 }

@@ -1,7 +1,9 @@
 //! The text an A2A message or artifact carries, for the guardrails: every
-//! `parts` list found in a document (a request's message, a reply's task,
+//! part list found in a document (a request's message, a reply's task,
 //! status message, artifact or history, in either binding and protocol
-//! version), with the `text` of each part and the strings of its `data`.
+//! version: `parts`, and `content` where 0.3 over HTTP+JSON puts a
+//! message's parts), with the `text` of each part and the strings of its
+//! `data`.
 //! File parts (bytes or URLs) carry no text here; `a2aUrlGuard` checks
 //! their URLs. [`texts_mut`] gives the texts to rewrite in place
 //! (`piiRedaction` on streamed events).
@@ -41,7 +43,7 @@ fn walk(v: &Value, out: &mut String, found: &mut bool, depth: usize) {
         Value::Object(map) => {
             for (k, child) in map {
                 match (k.as_str(), child) {
-                    ("parts", Value::Array(parts)) => {
+                    ("parts" | "content", Value::Array(parts)) if parts.iter().all(Value::is_object) => {
                         *found = true;
                         for p in parts {
                             if let Some(t) = p.get("text").and_then(Value::as_str) {
@@ -69,8 +71,21 @@ pub fn push_texts(doc: &Value, out: &mut String) -> bool {
     found
 }
 
-/// The `text` of every part of every `parts` list in `doc`, to rewrite in
-/// place (redaction of a streamed event).
+/// Every string of `v`, to rewrite in place.
+fn strings_mut<'v>(v: &'v mut Value, out: &mut Vec<&'v mut String>, depth: usize) {
+    if depth > MAX_DEPTH {
+        return;
+    }
+    match v {
+        Value::String(s) => out.push(s),
+        Value::Array(items) => items.iter_mut().for_each(|i| strings_mut(i, out, depth + 1)),
+        Value::Object(map) => map.values_mut().for_each(|i| strings_mut(i, out, depth + 1)),
+        _ => {}
+    }
+}
+
+/// The `text` of every part of every part list in `doc`, and the strings
+/// of its data parts, to rewrite in place (redaction of a streamed event).
 pub fn texts_mut(doc: &mut Value) -> Vec<&mut String> {
     fn walk<'v>(v: &'v mut Value, out: &mut Vec<&'v mut String>, depth: usize) {
         if depth > MAX_DEPTH {
@@ -79,15 +94,25 @@ pub fn texts_mut(doc: &mut Value) -> Vec<&mut String> {
         match v {
             Value::Object(map) => {
                 for (k, child) in map.iter_mut() {
-                    match (k.as_str(), child) {
-                        ("parts", Value::Array(parts)) => {
-                            for p in parts.iter_mut() {
-                                if let Some(Value::String(t)) = p.get_mut("text") {
-                                    out.push(t);
-                                }
+                    let is_parts = matches!(k.as_str(), "parts" | "content")
+                        && child.as_array().is_some_and(|a| a.iter().all(Value::is_object));
+                    if !is_parts {
+                        walk(child, out, depth + 1);
+                        continue;
+                    }
+                    for p in child
+                        .as_array_mut()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(Value::as_object_mut)
+                    {
+                        for (pk, pv) in p.iter_mut() {
+                            match (pk.as_str(), pv) {
+                                ("text", Value::String(t)) => out.push(t),
+                                ("data", d) => strings_mut(d, out, depth + 1),
+                                _ => {}
                             }
                         }
-                        (_, child) => walk(child, out, depth + 1),
                     }
                 }
             }
@@ -126,5 +151,23 @@ mod tests {
             &json!({"messages": [{"content": "x"}]}),
             &mut String::new()
         ));
+    }
+
+    #[test]
+    fn a_0_3_rest_history_is_read_and_rewritten_too() {
+        // 0.3 over HTTP+JSON: a message's parts are `content`, a data
+        // part wraps its data.
+        let mut event = json!({"task": {"id": "t", "history": [{"role": "ROLE_USER",
+            "content": [{"text": "mail bob@example.com"}, {"data": {"data": {"to": "eve@example.com"}}}]}]}});
+        let mut out = String::new();
+        assert!(push_texts(&event, &mut out));
+        assert!(
+            out.contains("bob@example.com") && out.contains("eve@example.com"),
+            "{out}"
+        );
+        let texts: Vec<String> = texts_mut(&mut event).into_iter().map(|t| t.clone()).collect();
+        assert_eq!(texts, ["mail bob@example.com", "eve@example.com"]);
+        // A chat message's string content is not a part list.
+        assert!(!push_texts(&json!({"content": "x"}), &mut String::new()));
     }
 }

@@ -37,7 +37,7 @@ use serde_json::{json, Value};
 use super::authorize::{binding_name, unreadable};
 use super::call::{Call, Op};
 use super::errors::{self, Kind, Refusal};
-use super::{denial, metadata_text, principal, replies};
+use super::{denial, metadata_text, principal, replies, unknown_fields};
 use crate::param_cache::ParamCache;
 use crate::sessions::SessionStore;
 use crate::tool::deny::config_error;
@@ -49,7 +49,14 @@ use policy_agents::{
 };
 
 const NAME: &str = "a2aTaskOwnership";
-const KEYS: &[&str] = &["unknown_tasks", "ttl_s", "namespace", "denial", "jsonrpc_error_code"];
+const KEYS: &[&str] = &[
+    "unknown_tasks",
+    "ttl_s",
+    "namespace",
+    "denial",
+    "jsonrpc_error_code",
+    "unknown_fields",
+];
 
 /// Parsed params.
 #[derive(Debug)]
@@ -59,6 +66,7 @@ struct OwnParams {
     namespace: Option<String>,
     style: Style,
     code: i64,
+    strict: bool,
 }
 
 impl OwnParams {
@@ -82,6 +90,7 @@ impl OwnParams {
                 .map(String::from),
             style: denial(p)?,
             code: p.parse_or("jsonrpc_error_code", errors::DENIED)?,
+            strict: unknown_fields(p)?,
         })
     }
 
@@ -186,7 +195,7 @@ impl Policy for A2aTaskOwnership {
 
     async fn on_request(&self, params: &Params, ctx: &RequestContext<'_>) -> Result<RequestOutcome, PolicyError> {
         let cfg = self.params(params)?;
-        let call = match Call::read(ctx.request.method(), ctx.request.path(), ctx.request.body()) {
+        let call = match Call::of(&ctx.request, cfg.strict) {
             Ok(c) => c,
             Err(u) => return Ok(unreadable(&u, cfg.style, cfg.code)),
         };

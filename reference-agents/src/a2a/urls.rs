@@ -23,8 +23,8 @@ use serde_json::json;
 
 use super::authorize::unreadable;
 use super::call::Call;
-use super::denial;
 use super::errors::{self, Kind, Refusal};
+use super::{denial, unknown_fields};
 use crate::param_cache::ParamCache;
 use crate::tool::deny::config_error;
 use crate::tool::urls::{check_url, HostPattern};
@@ -38,6 +38,7 @@ const KEYS: &[&str] = &[
     "check_file_urls",
     "denial",
     "jsonrpc_error_code",
+    "unknown_fields",
 ];
 
 /// Parsed params.
@@ -48,6 +49,7 @@ struct UrlParams {
     files: bool,
     style: Style,
     code: i64,
+    strict: bool,
 }
 
 impl UrlParams {
@@ -71,6 +73,7 @@ impl UrlParams {
             files: p.bool_or("check_file_urls", true)?,
             style: denial(p)?,
             code: p.parse_or("jsonrpc_error_code", errors::DENIED)?,
+            strict: unknown_fields(p)?,
         })
     }
 }
@@ -97,7 +100,7 @@ impl Policy for A2aUrlGuard {
             .cache
             .get(params, UrlParams::parse)
             .map_err(|e| config_error(NAME, &e))?;
-        let call = match Call::read(ctx.request.method(), ctx.request.path(), ctx.request.body()) {
+        let call = match Call::of(&ctx.request, cfg.strict) {
             Ok(c) => c,
             Err(u) => return Ok(unreadable(&u, cfg.style, cfg.code)),
         };

@@ -99,7 +99,7 @@ pub fn render(style: Style, challenge: Option<&str>, env: &Envelope, refusals: &
 
 /// The 400 for a body that is not JSON-RPC.
 pub fn bad_body(e: &BodyError) -> Deny {
-    Deny::json(400, &error_object(Value::Null, e.code, &e.message, None)).reason("invalid_jsonrpc")
+    Deny::json(400, &error_object(e.id.clone(), e.code, &e.message, None)).reason("invalid_jsonrpc")
 }
 
 /// A policy failure for bad params: logged by the SDK with the whole error,
@@ -156,19 +156,26 @@ pub fn incoming(policy: &str, ctx: &RequestContext<'_>) -> Result<Incoming, Poli
         Ok(env) => env,
         Err(e) => return Ok(Incoming::Bad(bad_body(&e))),
     };
+    // A single message's errors answer with its id; a batch's with null.
+    let single_id = match env.messages.as_slice() {
+        [m] => m.id.clone().unwrap_or(Value::Null),
+        _ => Value::Null,
+    };
     for m in &env.messages {
         if let Err(why) = m.target() {
-            return Ok(Incoming::Bad(bad_body(&BodyError {
-                code: jsonrpc::INVALID_PARAMS,
-                message: why,
-            })));
+            return Ok(Incoming::Bad(bad_body(
+                &BodyError::new(jsonrpc::INVALID_PARAMS, why).with_id(single_id),
+            )));
         }
     }
     let mismatch = |what: &str| {
-        Incoming::Bad(bad_body(&BodyError {
-            code: jsonrpc::INVALID_REQUEST,
-            message: format!("header {what} does not match the body"),
-        }))
+        Incoming::Bad(bad_body(
+            &BodyError::new(
+                jsonrpc::INVALID_REQUEST,
+                format!("header {what} does not match the body"),
+            )
+            .with_id(single_id.clone()),
+        ))
     };
     if let Some(h) = ctx.request.header("mcp-method") {
         match env.messages.as_slice() {
