@@ -4,8 +4,9 @@
 //! age grows past it in the metric, `/readyz` and `GET /v1/config` (and a
 //! kernel restarted meanwhile starts from its cache's age, not from 0); a
 //! value under the prefix that is not a valid route, written over existing
-//! routes, makes every kernel (running or restarted) refuse those routes
-//! and report the same routes digest.
+//! routes, makes every kernel (running, restarted, or restarted from its
+//! cache with etcd away) refuse those routes and report the same routes
+//! digest.
 
 mod support;
 
@@ -230,12 +231,29 @@ async fn a_bad_value_over_a_route_refuses_it_on_every_kernel_running_or_restarte
     assert_eq!(f.status_via(1, "/deny").await, 500, "{}", f.diag());
     assert_eq!(f.status_via(1, "/chain").await, 500);
 
+    // The API refuses the reserved policy name.
+    let reserved = serde_json::json!({"route_name": "admin",
+        "request_policy_chain": [{"policy": "policy-kernel/store-value-invalid"}]});
+    let (status, body) = f.put_at(0, version, &reserved).await;
+    assert_eq!(status, 422, "{body}");
+
     // Written again through the API, the route is in force everywhere.
     let (status, body) = f.put_at(1, version, &deny("deny")).await;
     assert_eq!(status, 200, "{body}\n{}", f.diag());
-    until_agreed(&f, &["chain"]).await;
+    let fixed = until_agreed(&f, &["chain"]).await;
     f.until_every("enforces deny again", Duration::from_secs(10), |f, i| async move {
         f.status_via(i, "/deny").await == 403
     })
     .await;
+
+    // A kernel restarted from its cache while etcd is away serves the
+    // same routes: the refusing one included.
+    f.etcd.stop_all();
+    f.restart_kernel(1).await;
+    let store = f.store(1).await;
+    assert_eq!(store["started_from"], "cache", "{store}\n{}", f.diag());
+    assert_eq!(store["routes_digest"].as_str(), Some(fixed.as_str()), "{store}");
+    assert_eq!(store["invalid_routes"], serde_json::json!(["chain"]));
+    assert_eq!(f.status_via(1, "/chain").await, 500);
+    assert_eq!(f.status_via(1, "/deny").await, 403);
 }
