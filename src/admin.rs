@@ -3,7 +3,8 @@
 //! - `/metrics`: Prometheus text format;
 //! - `/healthz`: the process is alive;
 //! - `/readyz`: the configuration is loaded and the ext_proc listener is up
-//!   (with a fleet store, a second line says whether the routes may be stale);
+//!   (with a fleet store, a second line says whether the routes may be stale,
+//!   and a third names the routes whose stored value is not a valid route);
 //! - `/config`: active version, routes and agent health as JSON. Params values
 //!   are never shown: they may hold secrets.
 
@@ -52,15 +53,22 @@ impl Admin {
         let mut body = String::from(if ready { "ready\n" } else { "not ready\n" });
         if let Some(s) = self.store.get() {
             // Stale routes keep serving: losing the store never stops requests.
+            let json = s.json();
             body.push_str(&if s.stale() {
                 format!(
                     "config store: not watching for {} s; routes may be stale (started from {})\n",
                     s.sync_age_secs(),
-                    s.json()["started_from"].as_str().unwrap_or("?")
+                    json["started_from"].as_str().unwrap_or("?")
                 )
             } else {
                 format!("config store: watching, version {}\n", s.version())
             });
+            if let Some(invalid) = json["invalid_routes"].as_array().filter(|a| !a.is_empty()) {
+                body.push_str(&format!(
+                    "config store: not a valid route in the store, refusing every request: {}\n",
+                    invalid.iter().filter_map(|v| v.as_str()).collect::<Vec<_>>().join(", ")
+                ));
+            }
         }
         let status = if ready {
             StatusCode::OK

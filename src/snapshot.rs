@@ -288,6 +288,19 @@ impl Snapshot {
     }
 }
 
+/// Policy names starting with this are the kernel's own: no agent's
+/// declaration of one is used, so a route using one never runs a chain.
+pub const RESERVED_POLICY_PREFIX: &str = "policy-kernel/";
+
+/// The policy of the route put in force for a value in the fleet's store
+/// that is not a valid route: reserved, so the route answers
+/// `policy_not_supported_response` (fails closed) on every kernel.
+pub const STORE_VALUE_INVALID: &str = "policy-kernel/store-value-invalid";
+
+fn reserved(policy: &str) -> bool {
+    policy.starts_with(RESERVED_POLICY_PREFIX)
+}
+
 fn compile_chain(
     route: &str,
     entries: &[crate::config::ChainEntry],
@@ -309,7 +322,10 @@ fn compile_chain(
             let mut cache = Vec::new();
             let mut reasons = Vec::new();
             for (i, a) in agents.iter().enumerate() {
-                let Some(info) = a.policy(&e.policy) else { continue };
+                // A reserved name is never matched, whatever an agent declares.
+                let Some(info) = a.policy(&e.policy).filter(|_| !reserved(&e.policy)) else {
+                    continue;
+                };
                 if !phase.allows(info.supported_phases()) {
                     reasons.push(format!("agent {:?} declares it for another phase", a.name()));
                     continue;
@@ -350,7 +366,12 @@ fn compile_chain(
                 candidates.push(i);
             }
             let problem = candidates.is_empty().then(|| {
-                if reasons.is_empty() {
+                if e.policy == STORE_VALUE_INVALID {
+                    format!(
+                        "the configuration store's value for route {route:?} is not a valid route: \
+                         every request gets policy_not_supported_response until the route is written again"
+                    )
+                } else if reasons.is_empty() {
                     format!(
                         "{} policy {:?}: no discovered agent declares it",
                         phase.as_str(),

@@ -72,6 +72,12 @@ pub fn check_route(route: &RoutePolicy, agents: &[Arc<AgentHandle>]) -> Vec<Reje
 
 fn check_entry(entry: &ChainEntry, phase: Phase, agents: &[Arc<AgentHandle>]) -> Result<(), String> {
     let params = encode_params(&entry.params).map_err(|(name, reason)| format!("param {name:?}: {reason}"))?;
+    if entry.policy.starts_with(crate::snapshot::RESERVED_POLICY_PREFIX) {
+        return Err(format!(
+            "policy names starting with {:?} are the kernel's own: no agent runs them",
+            crate::snapshot::RESERVED_POLICY_PREFIX
+        ));
+    }
     if let Some(name) = &entry.agent {
         let Some(agent) = agents.iter().find(|a| a.name() == name) else {
             return Err(format!("agent {name:?} is not configured"));

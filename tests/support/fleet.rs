@@ -127,6 +127,29 @@ impl Fleet {
         .await;
     }
 
+    /// Waits until `ok(i)` holds for every kernel `i`, each within
+    /// `timeout`: a write answers once the kernel that took it has applied
+    /// it, not the fleet, so another kernel is read until it converged.
+    pub async fn until_every<'a, F, Fut>(&'a self, what: &str, timeout: Duration, ok: F)
+    where
+        F: Fn(&'a Self, usize) -> Fut,
+        Fut: std::future::Future<Output = bool> + 'a,
+    {
+        for i in 0..self.apis.len() {
+            until(&format!("kernel {i}: {what}"), timeout, || ok(self, i)).await;
+        }
+    }
+
+    /// Waits until every kernel has exactly the routes `names` (sorted).
+    pub async fn until_routes(&self, names: &[&str]) {
+        self.until_every(
+            &format!("routes {names:?}"),
+            Duration::from_secs(10),
+            |f, i| async move { f.apis[i].route_names().await == names },
+        )
+        .await;
+    }
+
     /// PUT of `route` through kernel `i` at `version`: (status, body).
     pub async fn put_at(&self, i: usize, version: u64, route: &Value) -> (u16, Value) {
         let name = route["route_name"].as_str().expect("route_name");

@@ -208,18 +208,71 @@ pub struct Read {
     pub overrides: Overrides,
 }
 
-/// Parses a route slot's value; the error names the key.
+/// Parses a route slot's value; the error names the key. Besides parsing,
+/// a route must carry its key's name, and each chain entry a policy and
+/// params the kernel can send: the checks that do not depend on a
+/// kernel's agents, so every kernel judges a value alike.
 pub fn parse_slot(name: &str, value: &[u8]) -> Result<Option<RoutePolicy>, String> {
     let route: Option<RoutePolicy> =
         serde_json::from_slice(value).map_err(|e| format!("store key routes/{name}: not a route: {e}"))?;
-    match &route {
-        Some(r) if r.route_name != name => Err(format!("store key routes/{name}: holds route_name {:?}", r.route_name)),
-        _ => Ok(route),
+    let Some(r) = &route else { return Ok(None) };
+    if r.route_name != name {
+        return Err(format!("store key routes/{name}: holds route_name {:?}", r.route_name));
+    }
+    for e in r.request_policy_chain.iter().chain(&r.response_policy_chain) {
+        if e.policy.is_empty() {
+            return Err(format!("store key routes/{name}: a chain entry has no policy"));
+        }
+        if let Err((param, reason)) = crate::config::encode_params(&e.params) {
+            return Err(format!(
+                "store key routes/{name}: policy {:?}, param {param}: {reason}",
+                e.policy
+            ));
+        }
+    }
+    Ok(route)
+}
+
+/// The route in force for a value that is not a valid route: one whose
+/// only policy is reserved, so that every request on it gets
+/// `policy_not_supported_response`. Not the route before (a kernel that
+/// starts now never saw it) and not no route (no route lets requests
+/// through): the same on every kernel, from the store's content alone.
+pub fn refusing_route(name: &str) -> RoutePolicy {
+    RoutePolicy {
+        route_name: name.to_string(),
+        mode: crate::config::RouteMode::Enforce,
+        request_policy_chain: vec![crate::config::ChainEntry {
+            policy: crate::snapshot::STORE_VALUE_INVALID.to_string(),
+            params: Default::default(),
+            on_failure: None,
+            agent: None,
+        }],
+        response_policy_chain: Vec::new(),
+        decision_cache: false,
     }
 }
 
-/// Reads everything under the prefix but the history. A route that does
-/// not parse is logged and left out.
+/// Whether `route` is the [`refusing_route`] of an invalid value.
+pub fn is_refusing(route: &RoutePolicy) -> bool {
+    route
+        .request_policy_chain
+        .iter()
+        .any(|e| e.policy == crate::snapshot::STORE_VALUE_INVALID)
+}
+
+/// The slot a stored value puts in force: the route it holds, or, when it
+/// is not a valid route, the [`refusing_route`] (logged with `revision`).
+pub fn slot_of(name: &str, value: &[u8], revision: u64) -> Option<RoutePolicy> {
+    parse_slot(name, value).unwrap_or_else(|error| {
+        tracing::error!(%error, revision, route = name,
+            "configuration store: not a valid route; the route refuses every request (policy_not_supported_response) until it is written again");
+        Some(refusing_route(name))
+    })
+}
+
+/// Reads everything under the prefix but the history. A value that is
+/// not a valid route puts its [`refusing_route`] in force.
 pub async fn read_all(client: &mut Client, keys: &Keys) -> Result<Read, etcd_client::Error> {
     let (revision, kvs) = read_prefix(client, keys.prefix()).await?;
     let mut read = Read {
@@ -232,12 +285,10 @@ pub async fn read_all(client: &mut Client, keys: &Keys) -> Result<Read, etcd_cli
                 read.version = kv.mod_revision() as u64;
                 read.head = serde_json::from_slice(kv.value()).unwrap_or_default();
             }
-            Key::Route(name) => match parse_slot(name, kv.value()) {
-                Ok(slot) => {
-                    read.overrides.insert(name.to_string(), slot);
-                }
-                Err(error) => tracing::error!(%error, "configuration store: route left out"),
-            },
+            Key::Route(name) => {
+                let slot = slot_of(name, kv.value(), kv.mod_revision() as u64);
+                read.overrides.insert(name.to_string(), slot);
+            }
             Key::History | Key::Other => {}
         }
     }
@@ -378,5 +429,19 @@ mod tests {
         assert_eq!(r.route_name, "/a");
         assert!(parse_slot("/a", br#"{"route_name":"/b"}"#).unwrap_err().contains("/b"));
         assert!(parse_slot("/a", b"{").unwrap_err().contains("routes//a"));
+        let no_policy = br#"{"route_name":"/a","request_policy_chain":[{"policy":""}]}"#;
+        assert!(parse_slot("/a", no_policy).unwrap_err().contains("no policy"));
+    }
+
+    #[test]
+    fn a_value_that_is_not_a_route_puts_a_refusing_route_in_force() {
+        for bad in [&b"{"[..], br#"{"route_name":"/b"}"#, b"[1]"] {
+            let slot = slot_of("/a", bad, 7).expect("a route, not a deletion");
+            assert_eq!(slot, refusing_route("/a"));
+            assert!(is_refusing(&slot));
+        }
+        let good = slot_of("/a", br#"{"route_name":"/a"}"#, 7).unwrap();
+        assert!(!is_refusing(&good));
+        assert_eq!(slot_of("/a", b"null", 7), None);
     }
 }

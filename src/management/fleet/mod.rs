@@ -62,6 +62,23 @@ impl View {
         overlay(&self.overrides, &self.file_routes).0
     }
 
+    /// SHA-256 (hex) of the routes in force, sorted by name: the same on
+    /// kernels with the same file and the same store content.
+    pub fn digest(&self) -> String {
+        let mut routes = self.routes();
+        routes.sort_by(|a, b| a.route_name.cmp(&b.route_name));
+        store::routes_hash(&routes)
+    }
+
+    /// The routes whose stored value is not a valid route.
+    pub fn invalid(&self) -> Vec<String> {
+        self.overrides
+            .iter()
+            .filter(|(_, r)| r.as_ref().is_some_and(etcd::is_refusing))
+            .map(|(name, _)| name.clone())
+            .collect()
+    }
+
     fn take(&mut self, read: Read) {
         self.overrides = read.overrides;
         self.version = read.version;
@@ -78,6 +95,11 @@ struct CacheFile {
     revision: u64,
     version: u64,
     seq: u64,
+    /// When the kernel last knew these were the store's current routes (ms
+    /// since the epoch). Absent in caches of older kernels: the file's
+    /// modification time stands for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    synced_ms: Option<u64>,
     overrides: Overrides,
 }
 
@@ -108,8 +130,15 @@ fn read_cache(path: &Path, prefix: &str) -> Result<Option<CacheFile>, String> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(format!("cannot read the store cache {}: {e}", path.display())),
     };
-    let cache: CacheFile =
+    let mut cache: CacheFile =
         serde_json::from_slice(&bytes).map_err(|e| format!("store cache {}: {e}", path.display()))?;
+    if cache.synced_ms.is_none() {
+        cache.synced_ms = std::fs::metadata(path)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|d| d.as_millis() as u64);
+    }
     if cache.prefix != prefix {
         tracing::warn!(path = %path.display(), cached = %cache.prefix, prefix,
             "the store cache is for another prefix; it is not used");
@@ -123,6 +152,8 @@ pub struct Boot {
     view: View,
     origin: Origin,
     client: Option<Client>,
+    /// From a cache: when it was last known current.
+    synced_ms: Option<u64>,
 }
 
 impl std::fmt::Debug for Boot {
@@ -162,6 +193,7 @@ impl Boot {
                     view,
                     origin: Origin::Store,
                     client: Some(client),
+                    synced_ms: None,
                 })
             }
             Err(error) => match read_cache(cache_path, &etcd.prefix).map_err(anyhow::Error::msg)? {
@@ -176,6 +208,8 @@ impl Boot {
                         view,
                         origin: Origin::Cache,
                         client: None,
+                        // Unknown: as stale as can be.
+                        synced_ms: Some(c.synced_ms.unwrap_or(0)),
                     })
                 }
                 None => {
@@ -185,6 +219,7 @@ impl Boot {
                         view,
                         origin: Origin::FileOnly,
                         client: None,
+                        synced_ms: None,
                     })
                 }
             },
@@ -229,7 +264,13 @@ impl Fleet {
     /// Links `kernel` (started with `boot`'s routes) to the store and starts
     /// watching it.
     pub fn start(boot: Boot, kernel: Arc<Kernel>, etcd: EtcdConfig, cache_path: PathBuf, keep: usize) -> Arc<Self> {
-        let status = Arc::new(Status::new(boot.origin, boot.view.revision, boot.view.version));
+        let status = Arc::new(Status::new(
+            boot.origin,
+            boot.view.revision,
+            boot.view.version,
+            boot.synced_ms,
+        ));
+        status.set_routes(boot.view.version, boot.view.digest(), boot.view.invalid());
         let (applied, _) = tokio::sync::watch::channel((boot.view.revision, boot.view.version));
         let (cache, pending) = tokio::sync::watch::channel(None);
         tokio::spawn(write_cache(cache_path, pending));
@@ -275,6 +316,7 @@ impl Fleet {
     /// them strictly).
     async fn apply_view(&self, view: &View, why: &str) {
         let snapshot = self.kernel.apply_routes(view.routes()).await;
+        self.status.set_routes(view.version, view.digest(), view.invalid());
         tracing::info!(
             version = view.version,
             revision = view.revision,
@@ -293,6 +335,7 @@ impl Fleet {
             revision: view.revision,
             version: view.version,
             seq: view.seq,
+            synced_ms: Some(self.status.synced_ms()),
             overrides: view.overrides.clone(),
         }));
     }
@@ -309,6 +352,7 @@ impl Fleet {
         cfg.route_policies = super::overlay(&view.overrides, &file_routes);
         let v = self.kernel.apply(cfg, ApplyMode::Permissive).await?;
         view.file_routes = file_routes;
+        self.status.set_routes(view.version, view.digest(), view.invalid());
         Ok(v)
     }
 

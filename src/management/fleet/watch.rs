@@ -38,7 +38,7 @@ pub(super) async fn run(fleet: Arc<Fleet>) {
             match fleet.read_in_full().await {
                 Ok(()) => full_read = false,
                 Err(reason) => {
-                    fleet.lost(&reason);
+                    fleet.lost(&reason).await;
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(2));
                     continue;
@@ -48,7 +48,7 @@ pub(super) async fn run(fleet: Arc<Fleet>) {
         match fleet.follow(&mut backoff).await {
             End::Compacted => full_read = true,
             End::Lost(reason) => {
-                fleet.lost(&reason);
+                fleet.lost(&reason).await;
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(2));
             }
@@ -61,16 +61,21 @@ pub(super) async fn run(fleet: Arc<Fleet>) {
 }
 
 impl Fleet {
-    fn lost(&self, reason: &str) {
+    async fn lost(&self, reason: &str) {
         if self.status.watching() {
             tracing::error!(
                 reason,
                 "configuration store watch lost: the routes in force stay, writes get 503 until it is back"
             );
+            self.status.set_watching(false);
+            // The cache records when the routes were last known current, for
+            // a restart while the store is away.
+            let view = self.view.lock().await;
+            self.save_cache(&view);
         } else {
             tracing::debug!(reason, "configuration store still unreachable");
+            self.status.set_watching(false);
         }
-        self.status.set_watching(false);
     }
 
     /// Reads the whole store and applies it when it differs from the view.
@@ -173,13 +178,10 @@ impl Fleet {
             for e in group {
                 let Some(kv) = e.kv() else { continue };
                 match (self.keys.parse(kv.key()), e.event_type()) {
-                    (Key::Route(name), EventType::Put) => match etcd::parse_slot(name, kv.value()) {
-                        Ok(slot) => {
-                            view.overrides.insert(name.to_string(), slot);
-                        }
-                        Err(error) => tracing::error!(%error, revision = rev,
-                            "configuration store: route change ignored; the route stays as it was"),
-                    },
+                    (Key::Route(name), EventType::Put) => {
+                        view.overrides
+                            .insert(name.to_string(), etcd::slot_of(name, kv.value(), rev));
+                    }
                     (Key::Route(name), EventType::Delete) => {
                         view.overrides.remove(name);
                     }
