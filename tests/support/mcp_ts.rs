@@ -33,6 +33,12 @@ pub struct TsServer {
 impl TsServer {
     /// Starts `server.mjs` on a port it picks; its log is `<dir>/ts-server.log`.
     pub fn start(dir: &Path) -> Self {
+        TsServer::start_with(dir, None)
+    }
+
+    /// Starts `server.mjs`, recording the tool calls it runs into `record`
+    /// (`--record`) when given.
+    pub fn start_with(dir: &Path, record: Option<&Path>) -> Self {
         let ts = ts_dir();
         let port_file = dir.join("ts-server.port");
         let log = dir.join("ts-server.log");
@@ -41,6 +47,9 @@ impl TsServer {
             .arg(ts.join("server.mjs"))
             .arg("--port-file")
             .arg(&port_file);
+        if let Some(r) = record {
+            cmd.arg("--record").arg(r);
+        }
         let proc = Proc::spawn("ts-mcp-server", &mut cmd, &log);
         let port = super::port_from_file(&port_file, Duration::from_secs(20), "TypeScript MCP server", &log);
         TsServer { proc, port, log }

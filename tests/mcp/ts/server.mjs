@@ -10,10 +10,12 @@
 //   add_tool                      registers a tool: the SDK sends
 //                                 notifications/tools/list_changed on the
 //                                 session's GET stream
-// Usage: node server.mjs [--port N] [--port-file FILE]   (127.0.0.1; port 0
-// by default: the port it got is written to FILE)
+// Usage: node server.mjs [--port N] [--port-file FILE] [--record FILE]
+// (127.0.0.1; port 0 by default: the port it got is written to FILE). With
+// --record, read_file and delete_file append {"server": "ts", "tool", "args"}
+// to FILE, as the SDK parsed them (tests/mcp/parity.py reads it).
 import { randomUUID } from "node:crypto";
-import { writeFileSync } from "node:fs";
+import { appendFileSync, writeFileSync } from "node:fs";
 import http from "node:http";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StreamableHTTPServerTransport } from "@modelcontextprotocol/sdk/server/streamableHttp.js";
@@ -24,11 +26,20 @@ const now = () => performance.timeOrigin + performance.now();
 const log = (o) => process.stdout.write(JSON.stringify(o) + "\n");
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const text = (t) => ({ content: [{ type: "text", text: t }] });
+const arg = (name) => (process.argv.includes(name) ? process.argv[process.argv.indexOf(name) + 1] : undefined);
+const recordFile = arg("--record");
+const record = (tool, args) => recordFile && appendFileSync(recordFile, JSON.stringify({ server: "ts", tool, args }) + "\n");
 
 function build() {
   const server = new McpServer({ name: "ts-bidi", version: "1.0.0" });
-  server.registerTool("read_file", { inputSchema: { path: z.string() } }, async ({ path }) => text(`read ${path}`));
-  server.registerTool("delete_file", { inputSchema: { path: z.string() } }, async ({ path }) => text(`deleted ${path}`));
+  server.registerTool("read_file", { inputSchema: { path: z.string() } }, async ({ path }) => {
+    record("read_file", { path });
+    return text(`read ${path}`);
+  });
+  server.registerTool("delete_file", { inputSchema: { path: z.string() } }, async ({ path }) => {
+    record("delete_file", { path });
+    return text(`deleted ${path}`);
+  });
   server.registerTool(
     "progress",
     { inputSchema: { count: z.number().int(), interval_ms: z.number().int() } },
@@ -109,7 +120,6 @@ async function handle(req, res) {
   await transport.handleRequest(req, res);
 }
 
-const arg = (name) => (process.argv.includes(name) ? process.argv[process.argv.indexOf(name) + 1] : undefined);
 const portFile = arg("--port-file");
 const srv = http.createServer((req, res) => {
   handle(req, res).catch((e) => {

@@ -1,0 +1,129 @@
+"""A stand-in for an OpenAI-compatible model server, for the parser-parity
+harness (tests/openai/parity.py): it reads each request the way the OpenAI
+API documents its fields and records the text the model would be given.
+
+Usage: model.py --port-file FILE --record FILE
+
+POST /v1/chat/completions: every message's `content` (a string, or parts:
+`text` parts' text, `refusal` parts' refusal), tool messages alike, and the
+`arguments` of an assistant's `tool_calls` (and legacy `function_call`).
+POST /v1/responses: `instructions`, and `input` as a string or as items:
+messages' `content` (a string, or `input_text` / `output_text` parts'
+text, `refusal` parts), `function_call_output.output` (a string or parts),
+`function_call.arguments`, reasoning summaries' text.
+POST /v1/completions: `prompt`, a string or a list of strings.
+Bodies are read with Python's json (a repeated key: the last one). Each
+request appends {"path", "texts": [...]} to the record and is answered with
+a minimal completion.
+"""
+
+import argparse
+import json
+import os
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+RECORD = None
+
+
+def parts_text(content, out, kinds=("text", "input_text", "output_text")):
+    if isinstance(content, str):
+        out.append(content)
+    elif isinstance(content, list):
+        for p in content:
+            if isinstance(p, dict):
+                if p.get("type") in kinds and isinstance(p.get("text"), str):
+                    out.append(p["text"])
+                elif p.get("type") == "refusal" and isinstance(p.get("refusal"), str):
+                    out.append(p["refusal"])
+
+
+def chat(doc, out):
+    for m in doc.get("messages") or []:
+        if not isinstance(m, dict):
+            continue
+        parts_text(m.get("content"), out)
+        for call in m.get("tool_calls") or []:
+            fn = call.get("function") if isinstance(call, dict) else None
+            if isinstance(fn, dict) and isinstance(fn.get("arguments"), str):
+                out.append(fn["arguments"])
+        fc = m.get("function_call")
+        if isinstance(fc, dict) and isinstance(fc.get("arguments"), str):
+            out.append(fc["arguments"])
+
+
+def responses(doc, out):
+    if isinstance(doc.get("instructions"), str):
+        out.append(doc["instructions"])
+    items = doc.get("input")
+    if isinstance(items, str):
+        out.append(items)
+        return
+    for it in items or []:
+        if not isinstance(it, dict):
+            continue
+        kind = it.get("type", "message")
+        if kind == "message":
+            parts_text(it.get("content"), out)
+        elif kind == "function_call_output":
+            parts_text(it.get("output"), out, kinds=("input_text", "text", "output_text"))
+        elif kind == "function_call" and isinstance(it.get("arguments"), str):
+            out.append(it["arguments"])
+        elif kind == "reasoning":
+            for s in it.get("summary") or []:
+                if isinstance(s, dict) and isinstance(s.get("text"), str):
+                    out.append(s["text"])
+
+
+def completions(doc, out):
+    p = doc.get("prompt")
+    if isinstance(p, str):
+        out.append(p)
+    elif isinstance(p, list):
+        out.extend(x for x in p if isinstance(x, str))
+
+
+class Handler(BaseHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("content-length") or 0))
+        texts = []
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            doc = None
+        if isinstance(doc, dict):
+            if self.path.endswith("/chat/completions"):
+                chat(doc, texts)
+            elif self.path.endswith("/responses"):
+                responses(doc, texts)
+            elif self.path.endswith("/completions"):
+                completions(doc, texts)
+        with open(RECORD, "a") as f:
+            f.write(json.dumps({"path": self.path, "texts": texts}) + "\n")
+        reply = json.dumps({"id": "x", "object": "chat.completion", "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}]}).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(reply)))
+        self.end_headers()
+        self.wfile.write(reply)
+
+
+def main():
+    global RECORD
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port-file", required=True)
+    ap.add_argument("--record", required=True)
+    args = ap.parse_args()
+    RECORD = args.record
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    with open(args.port_file + ".tmp", "w") as f:
+        f.write(str(srv.server_address[1]))
+    os.replace(args.port_file + ".tmp", args.port_file)
+    srv.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
