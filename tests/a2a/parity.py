@@ -2,7 +2,7 @@
 the gateway (Envoy, the kernel and its A2A policies) to an official SDK
 server that records what it acted on, as it parsed it (server.py --record).
 
-Usage: parity.py GATEWAY_BASE RECORD_FILE ALICE_TOKEN BOB_TOKEN [--report FILE]
+Usage: parity.py GATEWAY_BASE RECORD_FILE ALICE_TOKEN BOB_TOKEN [--server python|js] [--report FILE]
 
 GATEWAY_BASE is the gateway's URL of the agent (e.g. http://127.0.0.1:PORT/a2a):
 JSON-RPC at GATEWAY_BASE/, HTTP+JSON at GATEWAY_BASE/rest/... (0.3 under
@@ -28,6 +28,11 @@ replies:
   * the caller never gets another principal's task back;
   * no reply carries the e-mail address unmasked;
   * each clean variant (allowed content, the shape an SDK sends) passes.
+
+--server names the SDK behind (python by default): what is a clean variant
+depends on what that server accepts (the JavaScript server matches paths
+undecoded, has no tenant paths, and takes 0.3 JSON-RPC in camelCase only;
+its 0.3 HTTP+JSON push config is the JavaScript client's form).
 
 Prints a report (variants per message and dialect, refused by the gateway,
 acted on by the server, violations) and exits 1 on any violation.
@@ -249,16 +254,17 @@ def build_variants(run, alice_task, alice_secret_marker):
             m = message(d, [part_text(d, "hello"), part_data(d, {"note": "fine"})], skill="summarize")
             go("clean data part", dumps(params_of(d, m, configuration(d, PUBLIC_PUSH))), clean=True,
                message_id=m["messageId"])
+            js = run.server == "js"
             m = message(d, [part_text(d, "snake hello")])
-            go("clean snake_case", dumps(snake_all(params_of(d, m, configuration(d)))), clean=True,
-               message_id=m["messageId"])
+            go("clean snake_case", dumps(snake_all(params_of(d, m, configuration(d)))),
+               clean=not (js and d == "0.3/jsonrpc"), message_id=m["messageId"])
             if not d.endswith("jsonrpc"):
                 m = message(d, [part_text(d, "escaped path")])
-                go("clean escaped path", dumps(params_of(d, m, configuration(d))), clean=True,
+                go("clean escaped path", dumps(params_of(d, m, configuration(d))), clean=not js,
                    path_style="escaped", message_id=m["messageId"])
             if d == "1.0/rest":
                 m = message(d, [part_text(d, "tenant path")])
-                go("clean tenant path", dumps(params_of(d, m, configuration(d))), clean=True,
+                go("clean tenant path", dumps(params_of(d, m, configuration(d))), clean=not js,
                    path_style="tenant", message_id=m["messageId"])
 
             # PII: masked in every reply (history, artifacts, events).
@@ -447,6 +453,8 @@ def build_variants(run, alice_task, alice_secret_marker):
             run.send(Req("GET", f"{base}/tasks/{alice_task}", None, version), "alice", "own task", d, "get",
                      clean=True, expect=alice_secret_marker)
             body = ({"url": hook} if version == "1.0"
+                    else {"name": f"tasks/{alice_task}/pushNotificationConfigs/c1", "pushNotificationConfig": {"url": hook}}
+                    if run.server == "js"
                     else {"parent": f"tasks/{alice_task}", "configId": "c1", "config": {"pushNotificationConfig": {"url": hook}}})
             run.send(Req("POST", f"{base}/tasks/{alice_task}/pushNotificationConfigs", dumps(body), version),
                      "alice", "own task", d, "push set", clean=True, expect=hook)
@@ -481,7 +489,9 @@ def build_variants(run, alice_task, alice_secret_marker):
                      [{"parent": f"tasks/{alice_task}", "config": {"pushNotificationConfig": {"url": PRIVATE_PUSH}}},
                       {"parent": f"tasks/{alice_task}", "config_id": "c", "config": {"push_notification_config": {"url": PRIVATE_PUSH}}},
                       {"config": {"pushNotificationConfig": {"url": PUBLIC_PUSH}, "push_notification_config": {"url": PRIVATE_PUSH}}},
-                      {"name": "x", "pushNotificationConfig": {"url": PRIVATE_PUSH}}])
+                      {"name": "x", "pushNotificationConfig": {"url": PRIVATE_PUSH}},
+                      {"name": "x", "pushNotificationConfig": {"url": PUBLIC_PUSH}, "config": {"pushNotificationConfig": {"url": PRIVATE_PUSH}}},
+                      {"name": "x", "pushNotificationConfig": {"url": PRIVATE_PUSH}, "config": {"pushNotificationConfig": {"url": PUBLIC_PUSH}}}])
             for i, body in enumerate(forms):
                 req = Req("POST", f"{base}/tasks/{alice_task}/pushNotificationConfigs", dumps(body), version)
                 run.send(req, "alice", "push config", d, f"private url: form {i}", payload="push url")
@@ -553,8 +563,10 @@ def main():
     ap.add_argument("alice")
     ap.add_argument("bob")
     ap.add_argument("--report")
+    ap.add_argument("--server", choices=["python", "js"], default="python")
     args = ap.parse_args()
     run = Run(args.base, args.record, args.alice, args.bob)
+    run.server = args.server
 
     # Alice's task, with a secret in its text, made over 1.0 JSON-RPC.
     secret = f"alice-secret-{uuid.uuid4().hex[:8]}"

@@ -48,6 +48,24 @@ impl A2aServer {
         A2aServer { proc, port, log }
     }
 
+    /// Starts the JavaScript SDK's agent (`js/server.mjs`), recording what
+    /// its agent acts on into `record`; its log is `<dir>/a2a-js-server.log`.
+    pub fn start_js(dir: &Path, record: &Path) -> Self {
+        let js = a2a_dir().join("js");
+        let port_file = dir.join("a2a-js-server.port");
+        let log = dir.join("a2a-js-server.log");
+        let mut cmd = Command::new("node");
+        cmd.current_dir(&js)
+            .arg(js.join("server.mjs"))
+            .arg("--port-file")
+            .arg(&port_file)
+            .arg("--record")
+            .arg(record);
+        let proc = Proc::spawn("a2a-js-server", &mut cmd, &log);
+        let port = super::port_from_file(&port_file, Duration::from_secs(30), "the A2A JS server", &log);
+        A2aServer { proc, port, log }
+    }
+
     /// The server's log.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
@@ -55,15 +73,16 @@ impl A2aServer {
 }
 
 /// Runs the parser-parity harness (`parity.py`) against the gateway's
-/// `base` URL of the agent, reading the server's `record`: its exit status
+/// `base` URL of the agent, reading the server's `record` (`server`:
+/// `python` or `js`, the SDK behind): its exit status
 /// and its report (stdout and stderr).
-pub fn parity(base: &str, record: &Path, alice: &str, bob: &str) -> (bool, String) {
+pub fn parity(base: &str, record: &Path, alice: &str, bob: &str, server: &str) -> (bool, String) {
     let out = Command::new(python())
         .current_dir(a2a_dir())
         .arg(a2a_dir().join("parity.py"))
         .arg(base)
         .arg(record)
-        .args([alice, bob])
+        .args([alice, bob, "--server", server])
         .output()
         .expect("run parity.py");
     (

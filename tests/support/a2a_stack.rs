@@ -69,6 +69,17 @@ pub fn strs(v: &Value) -> Vec<&str> {
         .map_or(vec![], |a| a.iter().filter_map(Value::as_str).collect())
 }
 
+/// Which official SDK's agent server stands behind the gateway.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Agent {
+    /// The Python SDK's (`server.py`).
+    Python,
+    /// The Python SDK's, recording what its agent acts on.
+    PythonRecording,
+    /// The JavaScript SDK's (`js/server.mjs`), recording.
+    JsRecording,
+}
+
 pub struct A2aStack {
     pub stack: Stack,
     pub server: A2aServer,
@@ -84,10 +95,20 @@ impl A2aStack {
     /// With `record`, the server records what its agent acts on in
     /// `<dir>/acted.jsonl`.
     pub async fn start_with(record: bool) -> Self {
+        A2aStack::start_on(if record { Agent::PythonRecording } else { Agent::Python }).await
+    }
+
+    /// The stack in front of `agent`; a recording agent records into
+    /// `<dir>/acted.jsonl`.
+    pub async fn start_on(agent: Agent) -> Self {
         let builder = Stack::builder();
         let dir = builder.dir().to_path_buf();
         let acted = dir.join("acted.jsonl");
-        let server = A2aServer::start_with(&dir, record.then_some(acted.as_path()));
+        let server = match agent {
+            Agent::Python => A2aServer::start(&dir),
+            Agent::PythonRecording => A2aServer::start_with(&dir, Some(&acted)),
+            Agent::JsRecording => A2aServer::start_js(&dir, &acted),
+        };
         let audit = dir.join("audit.jsonl");
         let port = server.port;
         let stack = builder

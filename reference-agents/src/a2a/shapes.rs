@@ -17,7 +17,9 @@
 //!   `content`; a file is `file.fileWithUri` / `file.fileWithBytes`; a data
 //!   part is `{"data": {"data": {...}}}`; the push config is
 //!   `configuration.pushNotification`; a config's own URL is
-//!   `config.pushNotificationConfig.url`.
+//!   `config.pushNotificationConfig.url` (the Python server) or
+//!   `pushNotificationConfig.url` (the JavaScript server; a body with both
+//!   is refused).
 //!
 //! The server ignores members it does not know, and takes the last of a
 //! field given twice. A policy that read other members than the server,
@@ -415,26 +417,29 @@ fn create_push(d: Dialect, v: &Value, strict: bool) -> Result<Value, Unread> {
             Ok(out)
         }
         Dialect::V03Rest => {
-            // `{"parent", "configId", "config": {"name", "pushNotificationConfig": {...}}}`;
-            // the task is the path's.
-            let [_parent, _config_id, config] = pick(
+            // The Python server reads `{"parent", "configId", "config":
+            // {"name", "pushNotificationConfig": {...}}}`, the JavaScript
+            // server `{"name", "pushNotificationConfig": {...}}`; the task
+            // is the path's. A body with both configs is read differently
+            // by the two: refused.
+            const CONFIG: Names = &["pushNotificationConfig", "push_notification_config"];
+            let [_parent, _config_id, config, _name, top] = pick(
                 v,
-                [&["parent"], &["configId", "config_id"], &["config"]],
+                [&["parent"], &["configId", "config_id"], &["config"], &["name"], CONFIG],
                 "params",
                 strict,
             )?;
-            let inner = match config {
-                Some(c) => pick(
-                    c,
-                    [&["name"], &["pushNotificationConfig", "push_notification_config"]],
-                    "params.config",
-                    strict,
-                )?[1],
+            let nested = match config {
+                Some(c) => pick(c, [&["name"], CONFIG], "params.config", strict)?[1],
                 None => None,
             };
-            match inner {
-                Some(p) => push_config(p, &[], "params.config.pushNotificationConfig", strict),
-                None => Ok(Value::Object(Map::new())),
+            match (nested, top) {
+                (Some(_), Some(_)) => {
+                    Err("params has a push config both in config and at its top; servers read one or the other".into())
+                }
+                (Some(p), None) => push_config(p, &[], "params.config.pushNotificationConfig", strict),
+                (None, Some(p)) => push_config(p, &[], "params.pushNotificationConfig", strict),
+                (None, None) => Ok(Value::Object(Map::new())),
             }
         }
     }

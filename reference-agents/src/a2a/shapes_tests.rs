@@ -120,10 +120,18 @@ fn push_configs_read_their_url_in_every_dialect() {
         ),
         Ok(json!("u3"))
     );
-    // The JS client's top-level form is not what the 0.3 REST server reads.
+    // The JavaScript server's form (what its client sends) ...
+    assert_eq!(
+        url(
+            Dialect::V03Rest,
+            json!({"name": "tasks/t/pushNotificationConfigs/", "pushNotificationConfig": {"url": "u4"}})
+        ),
+        Ok(json!("u4"))
+    );
+    // ... and both forms at once, which the two servers read differently.
     assert!(url(
         Dialect::V03Rest,
-        json!({"name": "tasks/t/pushNotificationConfigs/", "pushNotificationConfig": {"url": "u"}})
+        json!({"config": {"pushNotificationConfig": {"url": "a"}}, "pushNotificationConfig": {"url": "b"}})
     )
     .is_err());
     assert!(read_params(Op::SendMessage, Dialect::V10, &json!("x"), true).is_err());
