@@ -29,7 +29,7 @@
 //! **Bounds.** A token not in the cache is introspected only within three
 //! bounds: `max_introspections_per_s` per route (per param set; 20 a second
 //! by default, as a burst of as many), 100 a second (burst 100) for the
-//! whole agent, and 32 in flight. Beyond any of them the token is refused
+//! whole agent (`auth-agent --introspections-per-s`), and 32 in flight. Beyond any of them the token is refused
 //! without a call: 503 `introspection_rate_limited` with `Retry-After: 1`,
 //! the denial's reason `introspection_limited`, counted in
 //! `policy_agent_introspection_limited_total{endpoint, limit}`. So a flood
@@ -78,8 +78,9 @@ const MAX_IN_FLIGHT: usize = 32;
 const REPLY_MARGIN: Duration = Duration::from_millis(25);
 /// Introspections a second (and burst) of one route, unless its params say.
 const ROUTE_PER_S: u32 = 20;
-/// Introspections a second (and burst) of every route together.
-const TOTAL_PER_S: u32 = 100;
+/// Introspections a second (and burst) of every route together, unless
+/// `auth-agent --introspections-per-s` says.
+pub const INTROSPECTIONS_PER_S: u32 = 100;
 /// Longest token sent to the provider.
 const MAX_TOKEN_LEN: usize = 4096;
 /// Least time between two warnings about refused introspections.
@@ -187,6 +188,7 @@ pub struct TokenIntrospection {
     cache: Arc<Mutex<LruCache<[u8; 32], Entry>>>,
     in_flight: Arc<Semaphore>,
     total: Limiter,
+    total_per_s: u32,
     last_warning: Mutex<Option<Instant>>,
 }
 
@@ -199,17 +201,19 @@ impl Default for TokenIntrospection {
 impl TokenIntrospection {
     /// A policy with empty caches.
     pub fn new() -> Self {
-        TokenIntrospection::with_total_per_s(TOTAL_PER_S)
+        TokenIntrospection::with_total_per_s(INTROSPECTIONS_PER_S)
     }
 
-    /// A policy whose routes together introspect at most `per_s` tokens a second.
-    fn with_total_per_s(per_s: u32) -> Self {
+    /// A policy whose routes together introspect at most `per_s` tokens a
+    /// second, as a burst of as many (at least 1).
+    pub fn with_total_per_s(per_s: u32) -> Self {
         let cap = NonZeroUsize::new(MAX_TOKENS).unwrap_or(NonZeroUsize::MIN);
         TokenIntrospection {
             params: ParamCache::new(KEYS),
             cache: Arc::new(Mutex::new(LruCache::new(cap))),
             in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
             total: limiter(per_s),
+            total_per_s: per_s.max(1),
             last_warning: Mutex::new(None),
         }
     }
@@ -393,7 +397,7 @@ impl TokenIntrospection {
             *last = Some(now);
             tracing::warn!(
                 policy = NAME, endpoint = %cfg.endpoint, bound, refused = n,
-                route_per_s = cfg.per_s, total_per_s = TOTAL_PER_S, in_flight = MAX_IN_FLIGHT,
+                route_per_s = cfg.per_s, total_per_s = self.total_per_s, in_flight = MAX_IN_FLIGHT,
                 "introspection bound reached: refusing unknown tokens without asking the provider"
             );
         }
