@@ -19,6 +19,8 @@ use support::*;
 /// The audience of the `/api` and `/stale` routes' tokens.
 const API: &str = "https://api.test/api";
 const GATEWAY_SECRET_ENV: &str = "IDP_GATEWAY_SECRET";
+/// The `/opaque` route's `max_introspections_per_s`.
+const OPAQUE_PER_S: u32 = 10;
 
 /// Envoy: one listener; prefixes to kernel routes of the same name, to the
 /// echo upstream or the MCP server.
@@ -68,7 +70,7 @@ fn routes(iss: &str, gw: &str) -> String {
     - route_name: api
       request_policy_chain:
         - policy: jwtValidation
-          params: {{issuer: "{iss}", oidc_discovery: true, audience: "{API}", jwks_cache_min_s: 300, jwks_refresh_interval_s: 2, resource_metadata: "{rm}/api", forward_claims: ["sub", "scope"]}}
+          params: {{issuer: "{iss}", oidc_discovery: true, audience: "{API}", jwks_cache_min_s: 300, jwks_refresh_interval_s: 60, jwks_refresh_min_ms: 1000, resource_metadata: "{rm}/api", forward_claims: ["sub", "scope"]}}
     - route_name: stale
       request_policy_chain:
         - policy: jwtValidation
@@ -76,7 +78,7 @@ fn routes(iss: &str, gw: &str) -> String {
     - route_name: opaque
       request_policy_chain:
         - policy: tokenIntrospection
-          params: {{introspection_endpoint: "{iss}/token/introspection", client_id: gateway, client_secret_env: {GATEWAY_SECRET_ENV}, issuer: "{iss}", forward_claims: ["client_id", "scope"]}}
+          params: {{introspection_endpoint: "{iss}/token/introspection", client_id: gateway, client_secret_env: {GATEWAY_SECRET_ENV}, issuer: "{iss}", forward_claims: ["client_id", "scope"], max_introspections_per_s: {OPAQUE_PER_S}}}
 "#
     )
 }
@@ -262,36 +264,83 @@ async fn provider_tokens_are_accepted_rotated_keys_picked_up_and_forged_kids_rat
     assert_eq!(s.idp.hits("/jwks").await, 2, "one refetch for the new kid");
     assert_eq!(s.get("/api/x", &token).await.status, 200);
 
-    // A flood of forged kids: the provider sees at most one JWK set request
-    // per jwks_refresh_interval_s (2 s), however many tokens.
+    // A flood of forged kids, all distinct, for 6 s: the provider sees at
+    // most one JWK set request per jwks_refresh_min_ms (1 s), however many
+    // tokens. Halfway, the provider rotates its key again: the new key's
+    // tokens pass within a turn of the limiter (polled, 5 s at most).
     let before = s.idp.hits("/jwks").await;
     let t0 = Instant::now();
-    let mut sent = 0u32;
-    while t0.elapsed() < Duration::from_secs(5) {
-        let batch: Vec<_> = (0..20)
-            .map(|i| {
-                let forged = forge_kid(&token, &format!("forged-{sent}-{i}"));
-                let (http, url) = (s.client.clone(), s.envoy.url("/api/x"));
-                tokio::spawn(async move {
-                    let auth = format!("Bearer {forged}");
-                    send(&http, "GET", &url, &[("authorization", &auth)], None).await
-                })
-            })
-            .collect();
-        for b in batch {
-            let got = b.await.unwrap();
-            assert_eq!(
-                (got.status, got.json()["reason"].clone()),
-                (401, json!("unknown_key")),
-                "{}",
-                got.body
-            );
-        }
-        sent += 20;
+    let flood = {
+        let (http, url, token) = (s.client.clone(), s.envoy.url("/api/x"), token.clone());
+        tokio::spawn(async move {
+            let mut sent = 0u32;
+            while t0.elapsed() < Duration::from_secs(6) {
+                let batch: Vec<_> = (0..20)
+                    .map(|i| {
+                        let forged = forge_kid(&token, &format!("forged-{sent}-{i}"));
+                        let (http, url) = (http.clone(), url.clone());
+                        tokio::spawn(async move {
+                            let auth = format!("Bearer {forged}");
+                            send(&http, "GET", &url, &[("authorization", &auth)], None).await
+                        })
+                    })
+                    .collect();
+                for b in batch {
+                    let got = b.await.expect("forged request");
+                    assert_eq!(
+                        (got.status, got.json()["reason"].clone()),
+                        (401, json!("unknown_key")),
+                        "{}",
+                        got.body
+                    );
+                }
+                sent += 20;
+            }
+            sent
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while s.agent_metric(&format!(
+        "policy_agent_jwks_unknown_kid_total{{result=\"rate_limited\",source=\"{}\"}}",
+        s.idp.issuer()
+    )) < 20.0
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the flood is not reaching the agent\n{}",
+            s.diag()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    let kid2 = s.idp.rotate().await;
+    let rotated_at = Instant::now();
+    let second = s.idp.token("mcp-client", "mcp-secret", "tools:read", Some(API)).await;
+    assert_eq!(kid_of(&second), kid2);
+    let mut refused = 0;
+    loop {
+        let got = s.get("/api/x", &second).await;
+        if got.status == 200 {
+            break;
+        }
+        refused += 1;
+        assert_eq!(got.json()["reason"], "unknown_key", "{}", got.body);
+        assert!(
+            rotated_at.elapsed() < Duration::from_secs(5),
+            "the rotated key is still refused ({refused} tries) while forged kids flood\n{}",
+            s.diag()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!(
+        "rotation under a forged-kid flood: the new key passed after {:.2} s ({refused} refusals)",
+        rotated_at.elapsed().as_secs_f64()
+    );
+    let sent = flood.await.expect("flood");
     let elapsed = t0.elapsed().as_secs_f64();
     let fetched = s.idp.hits("/jwks").await - before;
-    let allowed = (elapsed / 2.0).floor() as u64 + 1;
+    // One turn per second (a burst of one), and one that may have started
+    // as the flood's last tokens landed.
+    let allowed = elapsed.floor() as u64 + 2;
     eprintln!("forged kids: {sent} requests in {elapsed:.1} s, {fetched} JWK set fetches (at most {allowed})");
     assert!(sent >= 100, "flood too small: {sent}");
     assert!(
@@ -318,12 +367,12 @@ async fn provider_tokens_are_accepted_rotated_keys_picked_up_and_forged_kids_rat
     // Forged kids are refused without a fetch (rate_limited), or join the
     // one fetch in flight.
     assert!(
-        limited >= f64::from(sent) / 2.0 && limited <= f64::from(sent),
+        limited >= f64::from(sent) / 2.0 && limited <= f64::from(sent) + f64::from(refused),
         "{limited} of {sent}\n{}",
         metrics()
     );
     assert!(
-        s.agent_metric(&format!("policy_agent_jwks_keys{{source=\"{iss}\"}}")) >= 2.0,
+        s.agent_metric(&format!("policy_agent_jwks_keys{{source=\"{iss}\"}}")) >= 3.0,
         "{}",
         metrics()
     );
@@ -402,7 +451,7 @@ async fn with_the_provider_down_cached_keys_serve_for_their_bound_then_fail_clos
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn opaque_tokens_are_introspected_and_cached() {
-    let s = IdpStack::start().await;
+    let mut s = IdpStack::start().await;
     let token = s
         .idp
         .token("mcp-client", "mcp-secret", "tools:read tools:write", None)
@@ -439,6 +488,104 @@ async fn opaque_tokens_are_introspected_and_cached() {
             http_get(s.agent_metrics, "/metrics").1
         );
     }
+
+    // A JWT sent to the introspection route: the provider does not
+    // introspect JWTs (400 unsupported_token_type); the client's mistake, 401.
+    let jwt = s.idp.token("mcp-client", "mcp-secret", "tools:read", Some(API)).await;
+    assert_eq!(jwt.split('.').count(), 3, "a JWT: {jwt}");
+    let got = s.get("/opaque/x", &jwt).await;
+    assert_eq!(
+        (got.status, got.json()["reason"].clone()),
+        (401, json!("unsupported_token_type")),
+        "{}\n{}",
+        got.body,
+        s.diag()
+    );
+    assert_eq!(got.header("www-authenticate"), Some("Bearer error=\"invalid_token\""));
+    // Not a token at all: 401 without asking the provider.
+    let hits = s.idp.hits("/token/introspection").await;
+    let got = s.get("/opaque/x", "not,a;token").await;
+    assert_eq!((got.status, got.json()["reason"].clone()), (401, json!("malformed")));
+    assert_eq!(s.idp.hits("/token/introspection").await, hits);
+
+    // The provider down: a token it never saw is the server's problem, 503.
+    s.idp.stop();
+    let got = s.get("/opaque/x", "never-seen-token").await;
+    assert_eq!(
+        (got.status, got.json()["reason"].clone()),
+        (503, json!("introspection_unavailable")),
+        "{}",
+        got.body
+    );
+    assert_eq!(got.header("retry-after"), Some("5"));
+    // Cached answers still serve.
+    assert_eq!(s.get("/opaque/x", &token).await.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_made_up_opaque_tokens_reaches_the_provider_at_a_bounded_rate() {
+    let s = IdpStack::start().await;
+    let before = s.idp.hits("/token/introspection").await;
+    let total = 400usize;
+    let t0 = Instant::now();
+    let mut answers = Vec::new();
+    for batch in 0..total / 50 {
+        let tasks: Vec<_> = (0..50)
+            .map(|i| {
+                let (http, url) = (s.client.clone(), s.envoy.url("/opaque/x"));
+                tokio::spawn(async move {
+                    let auth = format!("Bearer made-up-{batch}-{i}");
+                    send(&http, "GET", &url, &[("authorization", &auth)], None).await
+                })
+            })
+            .collect();
+        for t in tasks {
+            let got = t.await.expect("request");
+            answers.push((
+                got.status,
+                got.json()["reason"].as_str().unwrap_or("").to_string(),
+                got.header("retry-after").map(str::to_string),
+            ));
+        }
+    }
+    let elapsed = t0.elapsed().as_secs_f64();
+    let asked = s.idp.hits("/token/introspection").await - before;
+    // A burst of OPAQUE_PER_S, then OPAQUE_PER_S a second.
+    let bound = u64::from(OPAQUE_PER_S) + (elapsed * f64::from(OPAQUE_PER_S)).ceil() as u64;
+    let inactive = answers
+        .iter()
+        .filter(|a| (a.0, a.1.as_str()) == (401, "inactive_token"))
+        .count();
+    let limited = answers
+        .iter()
+        .filter(|a| (a.0, a.1.as_str(), a.2.as_deref()) == (503, "introspection_rate_limited", Some("1")))
+        .count();
+    eprintln!("introspection flood: {total} made-up tokens in {elapsed:.2} s, {asked} introspections (at most {bound}), {inactive} inactive, {limited} refused without a call");
+    assert!(
+        asked <= bound,
+        "{asked} introspections for {total} tokens in {elapsed:.2} s\n{}",
+        s.diag()
+    );
+    assert_eq!(inactive + limited, total, "{answers:?}");
+    assert_eq!(inactive as u64, asked);
+    assert!(limited > 0);
+    let endpoint = format!("{}/token/introspection", s.idp.issuer());
+    let series = format!("policy_agent_introspection_limited_total{{endpoint=\"{endpoint}\",limit=\"route\"}}");
+    assert_eq!(
+        s.agent_metric(&series),
+        limited as f64,
+        "{}",
+        http_get(s.agent_metrics, "/metrics").1
+    );
+    let kernel_series =
+        "policy_kernel_immediate_responses_total{reason=\"introspection_limited\",route=\"opaque\",status=\"503\"}";
+    assert_eq!(
+        s.kernel.metric(kernel_series),
+        limited as f64,
+        "{}",
+        s.kernel.admin_get("/metrics").1
+    );
+    assert!(s.auth_log().contains("introspection bound reached"), "{}", s.auth_log());
 }
 
 fn fetches<'a>(lines: &'a [Value], prefix: &str) -> Vec<&'a Value> {

@@ -49,6 +49,12 @@ impl<T> ParamCache<T> {
         }
         let parsed = Arc::new(parse(params)?);
         let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        // Calls that parsed the same params at once all get the first one
+        // kept, so that state built with the params (a route's rate limit)
+        // is one per param set.
+        if let Some(first) = map.get(&key) {
+            return Ok(Arc::clone(first));
+        }
         if map.len() >= MAX_ENTRIES {
             map.clear();
         }

@@ -119,6 +119,11 @@ pub(crate) async fn body(url: &Url, resp: reqwest::Response) -> Result<(HeaderMa
             status,
         });
     }
+    any_body(url, resp).await
+}
+
+/// Reads an answer's body, at most [`MAX_BODY`] bytes, whatever its status.
+pub(crate) async fn any_body(url: &Url, resp: reqwest::Response) -> Result<(HeaderMap, Vec<u8>), FetchError> {
     let transport = |e: reqwest::Error| FetchError::Transport {
         url: url.to_string(),
         reason: e.to_string(),

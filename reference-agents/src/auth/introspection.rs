@@ -12,21 +12,37 @@
 //!   `sub` is the answer's `client_id`, as in RFC 9068 access tokens.
 //! * `active: false`, or a check failing: 401 `inactive_token` (or the
 //!   check's reason), with an `invalid_token` challenge.
+//! * The client's mistakes are 401s, never a provider outage: a token that
+//!   is not RFC 6750 `b64token` syntax or longer than 4096 bytes is
+//!   `malformed` (no call); the provider's 400 `unsupported_token_type`
+//!   (e.g. oidc-provider given a JWT access token) is `unsupported_token_type`,
+//!   its 400 `invalid_request` / `invalid_token` / `invalid_grant` is
+//!   `unknown_token`.
 //! * The provider unreachable, slow past the call's deadline, or answering
-//!   an error: 503 `introspection_unavailable`: it fails closed.
+//!   any other error: 503 `introspection_unavailable`: it fails closed.
 //!
 //! Answers are cached under the SHA-256 of the token (never the token):
-//! active ones until `exp` and at most `cache_max_s`, inactive ones for
-//! `inactive_cache_s`; at most 10,000 tokens, least recently used first out.
-//! At most 32 introspections are in flight per policy: beyond, 503, so a
-//! flood of made-up tokens cannot turn into a flood at the provider.
+//! active ones until `exp` and at most `cache_max_s`, inactive and refused
+//! ones for `inactive_cache_s`; at most 10,000 tokens, least recently used
+//! first out.
+//!
+//! **Bounds.** A token not in the cache is introspected only within three
+//! bounds: `max_introspections_per_s` per route (per param set; 20 a second
+//! by default, as a burst of as many), 100 a second (burst 100) for the
+//! whole agent (`auth-agent --introspections-per-s`), and 32 in flight. Beyond any of them the token is refused
+//! without a call: 503 `introspection_rate_limited` with `Retry-After: 1`,
+//! the denial's reason `introspection_limited`, counted in
+//! `policy_agent_introspection_limited_total{endpoint, limit}`. So a flood
+//! of made-up tokens costs the provider at most that rate.
 
-use std::num::NonZeroUsize;
+use std::num::{NonZeroU32, NonZeroUsize};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
+use governor::state::{InMemoryState, NotKeyed};
+use governor::{Quota, RateLimiter};
 use lru::LruCache;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
@@ -40,6 +56,7 @@ use super::jwt_params::public_url;
 use super::{bearer_challenge, unauthorized};
 use crate::error_body;
 use crate::param_cache::ParamCache;
+use crate::ratelimit::TokioClock;
 use policy_agents::{describe, Deny, ParamError, Params, Policy, PolicyError, RequestContext, RequestOutcome};
 
 const NAME: &str = "tokenIntrospection";
@@ -54,13 +71,30 @@ const KEYS: &[&str] = &[
     "audience",
     "forward_claims",
     "resource_metadata",
+    "max_introspections_per_s",
 ];
 const MAX_TOKENS: usize = 10_000;
 const MAX_IN_FLIGHT: usize = 32;
 const REPLY_MARGIN: Duration = Duration::from_millis(25);
+/// Introspections a second (and burst) of one route, unless its params say.
+const ROUTE_PER_S: u32 = 20;
+/// Introspections a second (and burst) of every route together, unless
+/// `auth-agent --introspections-per-s` says.
+pub const INTROSPECTIONS_PER_S: u32 = 100;
+/// Longest token sent to the provider.
+const MAX_TOKEN_LEN: usize = 4096;
+/// Least time between two warnings about refused introspections.
+const WARN_EVERY: Duration = Duration::from_secs(10);
 
-/// Parsed params of `tokenIntrospection`.
-#[derive(Debug)]
+/// A rate limit: `per_s` a second, as a burst of as many.
+type Limiter = RateLimiter<NotKeyed, InMemoryState, TokioClock>;
+
+fn limiter(per_s: u32) -> Limiter {
+    let n = NonZeroU32::new(per_s).unwrap_or(NonZeroU32::MIN);
+    RateLimiter::direct_with_clock(Quota::per_second(n).allow_burst(n), TokioClock)
+}
+
+/// Parsed params of `tokenIntrospection`, with the route's rate limit.
 struct Config {
     endpoint: Url,
     client_id: String,
@@ -72,6 +106,8 @@ struct Config {
     audience: Vec<String>,
     forward_claims: Vec<String>,
     resource_metadata: Option<String>,
+    per_s: u32,
+    limiter: Limiter,
 }
 
 impl Config {
@@ -91,6 +127,14 @@ impl Config {
             }
             Ok(Duration::from_secs(v))
         };
+        let per_s: u32 = p.parse_or("max_introspections_per_s", ROUTE_PER_S)?;
+        if !(1..=10_000).contains(&per_s) {
+            return Err(ParamError::invalid(
+                "max_introspections_per_s",
+                &per_s.to_string(),
+                "must be between 1 and 10000",
+            ));
+        }
         Ok(Config {
             endpoint,
             client_id: p.required("client_id")?.trim().to_string(),
@@ -106,15 +150,36 @@ impl Config {
             audience: p.list("audience")?,
             forward_claims: p.list("forward_claims")?,
             resource_metadata: public_url("resource_metadata", p)?,
+            per_s,
+            limiter: limiter(per_s),
         })
     }
 }
 
-/// A cached answer: the claims of an active token, or `None` for inactive.
+/// What the provider said of a token.
+#[derive(Clone)]
+enum Verdict {
+    /// Active, with these claims.
+    Active(Arc<Map<String, Value>>),
+    /// Refused, for this reason (`inactive_token`, `unsupported_token_type`,
+    /// `unknown_token`).
+    Refused(&'static str),
+}
+
+/// A cached answer.
 #[derive(Clone)]
 struct Entry {
-    claims: Option<Arc<Map<String, Value>>>,
+    verdict: Verdict,
     until: Instant,
+}
+
+/// Why a token got no answer from the provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NoAnswer {
+    /// Refused without a call: beyond this bound (`route`, `total`, `in_flight`).
+    Limited(&'static str),
+    /// The provider failed or did not answer in time.
+    Unavailable,
 }
 
 /// The `tokenIntrospection` policy.
@@ -122,6 +187,9 @@ pub struct TokenIntrospection {
     params: ParamCache<Config>,
     cache: Arc<Mutex<LruCache<[u8; 32], Entry>>>,
     in_flight: Arc<Semaphore>,
+    total: Limiter,
+    total_per_s: u32,
+    last_warning: Mutex<Option<Instant>>,
 }
 
 impl Default for TokenIntrospection {
@@ -133,13 +201,33 @@ impl Default for TokenIntrospection {
 impl TokenIntrospection {
     /// A policy with empty caches.
     pub fn new() -> Self {
+        TokenIntrospection::with_total_per_s(INTROSPECTIONS_PER_S)
+    }
+
+    /// A policy whose routes together introspect at most `per_s` tokens a
+    /// second, as a burst of as many (at least 1).
+    pub fn with_total_per_s(per_s: u32) -> Self {
         let cap = NonZeroUsize::new(MAX_TOKENS).unwrap_or(NonZeroUsize::MIN);
         TokenIntrospection {
             params: ParamCache::new(KEYS),
             cache: Arc::new(Mutex::new(LruCache::new(cap))),
             in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
+            total: limiter(per_s),
+            total_per_s: per_s.max(1),
+            last_warning: Mutex::new(None),
         }
     }
+}
+
+/// RFC 6750 `b64token` (`1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"="`),
+/// at most [`MAX_TOKEN_LEN`] bytes.
+fn well_formed(token: &str) -> bool {
+    let body = token.trim_end_matches('=');
+    token.len() <= MAX_TOKEN_LEN
+        && !body.is_empty()
+        && body
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || b"-._~+/".contains(&c))
 }
 
 fn unix_now() -> u64 {
@@ -162,8 +250,27 @@ fn form(s: &str) -> String {
     url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }
 
-/// Asks the provider about `token`: the answer's JSON object.
-async fn introspect(cfg: &Config, secret: &str, token: &str) -> Result<Map<String, Value>, FetchError> {
+/// What the provider answered: an introspection answer, or a 400 refusing
+/// the token itself (RFC 6749 §5.2 error codes).
+enum Answer {
+    Introspected(Map<String, Value>),
+    TokenRefused(&'static str),
+}
+
+/// The reason for a 400 whose OAuth `error` says the token is at fault;
+/// `None` for errors that are the gateway's or the provider's
+/// (`invalid_client`, `unauthorized_client`, ...).
+fn token_refusal(body: &[u8]) -> Option<&'static str> {
+    let v: Value = serde_json::from_slice(body).ok()?;
+    match v.get("error")?.as_str()? {
+        "unsupported_token_type" => Some("unsupported_token_type"),
+        "invalid_request" | "invalid_token" | "invalid_grant" => Some("unknown_token"),
+        _ => None,
+    }
+}
+
+/// Asks the provider about `token`.
+async fn introspect(cfg: &Config, secret: &str, token: &str) -> Result<Answer, FetchError> {
     let basic = base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", form(&cfg.client_id), form(secret)));
     let body = format!("token={}&token_type_hint=access_token", form(token));
     let url = &cfg.endpoint;
@@ -180,9 +287,20 @@ async fn introspect(cfg: &Config, secret: &str, token: &str) -> Result<Map<Strin
             url: url.to_string(),
             reason: fetch::error_chain(&e),
         })?;
+    let status = resp.status().as_u16();
+    if status == 400 {
+        let (_, bytes) = fetch::any_body(url, resp).await?;
+        return match token_refusal(&bytes) {
+            Some(reason) => Ok(Answer::TokenRefused(reason)),
+            None => Err(FetchError::Invalid {
+                url: url.to_string(),
+                reason: format!("HTTP 400: {}", String::from_utf8_lossy(&bytes[..bytes.len().min(200)])),
+            }),
+        };
+    }
     let (_, bytes) = fetch::body(url, resp).await?;
     match serde_json::from_slice::<Value>(&bytes) {
-        Ok(Value::Object(map)) if map.get("active").is_some_and(Value::is_boolean) => Ok(map),
+        Ok(Value::Object(map)) if map.get("active").is_some_and(Value::is_boolean) => Ok(Answer::Introspected(map)),
         _ => Err(FetchError::Invalid {
             url: url.to_string(),
             reason: "not an introspection answer (no boolean `active`)".into(),
@@ -191,20 +309,25 @@ async fn introspect(cfg: &Config, secret: &str, token: &str) -> Result<Map<Strin
 }
 
 /// The entry for an answer, and how long it may be kept.
-fn entry_for(cfg: &Config, answer: Map<String, Value>) -> Entry {
+fn entry_for(cfg: &Config, answer: Answer) -> Entry {
     let now = Instant::now();
+    let refused = |reason| Entry {
+        verdict: Verdict::Refused(reason),
+        until: now + cfg.inactive_cache,
+    };
+    let answer = match answer {
+        Answer::TokenRefused(reason) => return refused(reason),
+        Answer::Introspected(map) => map,
+    };
     if answer.get("active") != Some(&Value::Bool(true)) {
-        return Entry {
-            claims: None,
-            until: now + cfg.inactive_cache,
-        };
+        return refused("inactive_token");
     }
     let ttl = match answer.get("exp").and_then(Value::as_u64) {
         Some(exp) => Duration::from_secs(exp.saturating_sub(unix_now())).min(cfg.cache_max),
         None => cfg.cache_max,
     };
     Entry {
-        claims: Some(Arc::new(answer)),
+        verdict: Verdict::Active(Arc::new(answer)),
         until: now + ttl,
     }
 }
@@ -244,23 +367,57 @@ fn unavailable() -> RequestOutcome {
     )
 }
 
+/// Refused without a call: beyond the introspection bounds.
+fn limited() -> RequestOutcome {
+    RequestOutcome::denied_with(
+        Deny::json(503, &error_body("unavailable", "introspection_rate_limited"))
+            .header("retry-after", "1")
+            .reason("introspection_limited"),
+    )
+}
+
 impl TokenIntrospection {
-    /// The cached or fresh entry for `token`; `None` when the provider
-    /// could not answer in time. A fetch that outlives the call still fills
-    /// the cache for the client's retry.
+    /// Takes a turn within the bounds: the in-flight permit, the route's
+    /// rate, the agent's rate; or the bound that refused it.
+    fn turn(&self, cfg: &Config) -> Result<tokio::sync::OwnedSemaphorePermit, &'static str> {
+        let permit = Arc::clone(&self.in_flight)
+            .try_acquire_owned()
+            .map_err(|_| "in_flight")?;
+        cfg.limiter.check().map_err(|_| "route")?;
+        self.total.check().map_err(|_| "total")?;
+        Ok(permit)
+    }
+
+    /// Counts (and at most every [`WARN_EVERY`] logs) a refused introspection.
+    fn refused(&self, cfg: &Config, bound: &'static str) {
+        let n = super::metrics::introspection_limited(cfg.endpoint.as_str(), bound);
+        let mut last = self.last_warning.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        if last.is_none_or(|t| now >= t + WARN_EVERY) {
+            *last = Some(now);
+            tracing::warn!(
+                policy = NAME, endpoint = %cfg.endpoint, bound, refused = n,
+                route_per_s = cfg.per_s, total_per_s = self.total_per_s, in_flight = MAX_IN_FLIGHT,
+                "introspection bound reached: refusing unknown tokens without asking the provider"
+            );
+        }
+    }
+
+    /// The cached or fresh entry for `token`, or why there is none. A fetch
+    /// that outlives the call still fills the cache for the client's retry.
     async fn entry(
         &self,
         cfg: &Arc<Config>,
         token: &str,
         deadline: Option<Instant>,
-    ) -> Result<Option<Entry>, PolicyError> {
+    ) -> Result<Result<Entry, NoAnswer>, PolicyError> {
         let key = cache_key(cfg, token);
         let now = Instant::now();
         {
             let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(e) = cache.get(&key) {
                 if now < e.until {
-                    return Ok(Some(e.clone()));
+                    return Ok(Ok(e.clone()));
                 }
                 cache.pop(&key);
             }
@@ -274,9 +431,12 @@ impl TokenIntrospection {
                     cfg.secret_env
                 ))
             })?;
-        let Ok(permit) = Arc::clone(&self.in_flight).try_acquire_owned() else {
-            tracing::warn!(policy = NAME, "{MAX_IN_FLIGHT} introspections in flight: refusing");
-            return Ok(None);
+        let permit = match self.turn(cfg) {
+            Ok(permit) => permit,
+            Err(bound) => {
+                self.refused(cfg, bound);
+                return Ok(Err(NoAnswer::Limited(bound)));
+            }
         };
         let (cfg2, cache, token) = (Arc::clone(cfg), Arc::clone(&self.cache), token.to_string());
         let task = tokio::spawn(async move {
@@ -285,7 +445,11 @@ impl TokenIntrospection {
             match result {
                 Ok(answer) => {
                     let entry = entry_for(&cfg2, answer);
-                    let result = if entry.claims.is_some() { "active" } else { "inactive" };
+                    let result = match entry.verdict {
+                        Verdict::Active(_) => "active",
+                        Verdict::Refused("inactive_token") => "inactive",
+                        Verdict::Refused(_) => "refused",
+                    };
                     super::metrics::introspected(cfg2.endpoint.as_str(), result);
                     cache.lock().unwrap_or_else(|e| e.into_inner()).put(key, entry.clone());
                     Some(entry)
@@ -304,7 +468,8 @@ impl TokenIntrospection {
             .await
             .ok()
             .and_then(Result::ok)
-            .flatten())
+            .flatten()
+            .ok_or(NoAnswer::Unavailable))
     }
 }
 
@@ -326,11 +491,17 @@ impl Policy for TokenIntrospection {
             return Ok(unauthorized("missing_token", &bearer_challenge(None, None, rm)));
         };
         let invalid = bearer_challenge(Some("invalid_token"), None, rm);
-        let Some(entry) = self.entry(&cfg, token, ctx.call.deadline).await? else {
-            return Ok(unavailable());
+        if !well_formed(token) {
+            return Ok(unauthorized("malformed", &invalid));
+        }
+        let entry = match self.entry(&cfg, token, ctx.call.deadline).await? {
+            Ok(entry) => entry,
+            Err(NoAnswer::Limited(_)) => return Ok(limited()),
+            Err(NoAnswer::Unavailable) => return Ok(unavailable()),
         };
-        let Some(claims) = entry.claims else {
-            return Ok(unauthorized("inactive_token", &invalid));
+        let claims = match entry.verdict {
+            Verdict::Active(claims) => claims,
+            Verdict::Refused(reason) => return Ok(unauthorized(reason, &invalid)),
         };
         if let Some(why) = refusal(&cfg, &claims) {
             return Ok(unauthorized(why, &invalid));

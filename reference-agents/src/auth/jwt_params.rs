@@ -47,6 +47,7 @@ pub(crate) const PARAMS: &[&str] = &[
     "jwks_cache_max_s",
     "jwks_stale_s",
     "jwks_refresh_interval_s",
+    "jwks_refresh_min_ms",
     "algorithms",
     "resource_metadata",
 ];
@@ -132,13 +133,24 @@ fn remote(p: &Params, issuer: Option<&String>) -> Result<Option<RemoteConfig>, P
             "is above jwks_cache_max_s",
         ));
     }
+    let refresh_interval = secs(p, "jwks_refresh_interval_s", 10, 1)?;
+    let min_ms: u64 = p.parse_or("jwks_refresh_min_ms", 1000)?;
+    let refresh_min = Duration::from_millis(min_ms);
+    if !(100..=60_000).contains(&min_ms) || refresh_min > refresh_interval {
+        return Err(ParamError::invalid(
+            "jwks_refresh_min_ms",
+            &min_ms.to_string(),
+            "must be between 100 and 60000, and at most jwks_refresh_interval_s",
+        ));
+    }
     Ok(Some(RemoteConfig {
         source,
         ca_file: text(p, "ca_file").map(PathBuf::from),
         cache_min,
         cache_max,
         stale_for: secs(p, "jwks_stale_s", 3600, 0)?,
-        refresh_interval: secs(p, "jwks_refresh_interval_s", 10, 1)?,
+        refresh_interval,
+        refresh_min,
     }))
 }
 
@@ -206,6 +218,7 @@ mod tests {
         assert_eq!(r.source, Source::Discovery("https://idp.example.com/realms/a".into()));
         assert_eq!((r.cache_min.as_secs(), r.cache_max.as_secs()), (60, 86400));
         assert_eq!((r.stale_for.as_secs(), r.refresh_interval.as_secs()), (3600, 10));
+        assert_eq!(r.refresh_min, Duration::from_secs(1));
         let p = parse(&[("jwks_uri", "http://127.0.0.1:9/jwks"), ("jwks_stale_s", "0")]).unwrap();
         assert!(matches!(p.remote.unwrap().source, Source::JwksUri(_)));
         for bad in [
@@ -223,6 +236,12 @@ mod tests {
                 ("jwks_cache_max_s", "10"),
             ],
             vec![("jwks_uri", "https://a/jwks"), ("jwks_refresh_interval_s", "0")],
+            vec![("jwks_uri", "https://a/jwks"), ("jwks_refresh_min_ms", "50")],
+            vec![
+                ("jwks_uri", "https://a/jwks"),
+                ("jwks_refresh_interval_s", "2"),
+                ("jwks_refresh_min_ms", "3000"),
+            ],
             vec![("jwks_file", "/x.json"), ("ca_file", "/ca.pem")],
             vec![("jwks_file", "/x.json"), ("algorithms", "[\"none\"]")],
             vec![("jwks_file", "/x.json"), ("algorithms", "[\"HS512\"]")],

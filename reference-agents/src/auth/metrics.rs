@@ -6,12 +6,13 @@
 //! | series | meaning |
 //! |---|---|
 //! | `policy_agent_jwks_fetches_total{source, result}` | key set fetches, `ok` or `error` (discovery or JWK set) |
-//! | `policy_agent_jwks_unknown_kid_total{source, result}` | tokens naming a `kid` the fresh set lacks: `refreshed` (a refetch started) or `rate_limited` (refused without one) |
+//! | `policy_agent_jwks_unknown_kid_total{source, result}` | tokens naming a `kid` the fresh set lacks: `refreshed` (a refetch started), `rate_limited` (refused without one: not the limiter's turn) or `remembered` (refused without one: a recent refresh lacked that `kid`) |
 //! | `policy_agent_jwks_stale_verifications_total{source}` | tokens verified with keys past their lifetime while the provider was unreachable |
 //! | `policy_agent_jwks_unavailable_total{source}` | tokens refused because no usable key set was there (503 `keys_unavailable`) |
 //! | `policy_agent_jwks_keys{source}` | keys in the last set fetched |
 //! | `policy_agent_jwks_last_fetch_timestamp_seconds{source}` | when the last set was fetched (Unix time) |
-//! | `policy_agent_introspection_total{endpoint, result}` | introspection calls: `active`, `inactive` or `error` |
+//! | `policy_agent_introspection_total{endpoint, result}` | introspection calls: `active`, `inactive`, `refused` (the provider's 400 for the token: `unsupported_token_type`, `unknown_token`) or `error` |
+//! | `policy_agent_introspection_limited_total{endpoint, limit}` | tokens refused without a call (503 `introspection_rate_limited`), by the bound reached: `route`, `total` or `in_flight` |
 
 use std::sync::OnceLock;
 
@@ -26,6 +27,7 @@ struct Families {
     keys: IntGaugeVec,
     fetched_at: GaugeVec,
     introspection: IntCounterVec,
+    introspection_limited: IntCounterVec,
 }
 
 fn counter(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -48,7 +50,7 @@ fn families() -> &'static Families {
         ),
         unknown_kid: counter(
             "policy_agent_jwks_unknown_kid_total",
-            "Tokens naming a key id the fresh key set lacks: refreshed (a refetch started) or rate_limited",
+            "Tokens naming a key id the fresh key set lacks: refreshed (a refetch started), rate_limited or remembered (refused without one)",
             &["source", "result"],
         ),
         stale: counter(
@@ -80,8 +82,13 @@ fn families() -> &'static Families {
         ),
         introspection: counter(
             "policy_agent_introspection_total",
-            "Token introspection calls, by result (active, inactive, error)",
+            "Token introspection calls, by result (active, inactive, refused, error)",
             &["endpoint", "result"],
+        ),
+        introspection_limited: counter(
+            "policy_agent_introspection_limited_total",
+            "Tokens refused without an introspection call, by the bound reached (route, total, in_flight)",
+            &["endpoint", "limit"],
         ),
     })
 }
@@ -97,6 +104,8 @@ pub(crate) struct Stats {
     pub(crate) kid_refreshes: IntCounter,
     /// Unknown `kid`s refused without a refresh (the interval had not passed).
     pub(crate) kid_refreshes_limited: IntCounter,
+    /// Unknown `kid`s refused without a refresh: a recent refresh lacked them.
+    pub(crate) kid_remembered: IntCounter,
     /// Tokens verified with keys past their lifetime.
     pub(crate) stale_used: IntCounter,
     /// Tokens refused because no usable key set was there.
@@ -116,6 +125,7 @@ impl Stats {
             failures: f.fetches.with_label_values(&[source, "error"]),
             kid_refreshes: f.unknown_kid.with_label_values(&[source, "refreshed"]),
             kid_refreshes_limited: f.unknown_kid.with_label_values(&[source, "rate_limited"]),
+            kid_remembered: f.unknown_kid.with_label_values(&[source, "remembered"]),
             stale_used: f.stale.with_label_values(&[source]),
             unavailable: f.unavailable.with_label_values(&[source]),
             keys: f.keys.with_label_values(&[source]),
@@ -137,6 +147,11 @@ impl Stats {
 /// Counts one introspection call of `endpoint`: `active`, `inactive` or `error`.
 pub(crate) fn introspected(endpoint: &str, result: &str) {
     families().introspection.with_label_values(&[endpoint, result]).inc();
+}
+
+/// Counts one token of `endpoint` refused without a call at `limit`; the count so far.
+pub(crate) fn introspection_limited(endpoint: &str, limit: &str) -> u64 {
+    bump(&families().introspection_limited.with_label_values(&[endpoint, limit]))
 }
 
 /// Adds one to `c` and returns the new count.

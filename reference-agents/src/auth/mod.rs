@@ -41,7 +41,7 @@ mod stub_idp;
 
 pub use api_key::{ApiKeyAuth, ApiKeyError, ApiKeyStore};
 pub use fetch::FetchError;
-pub use introspection::TokenIntrospection;
+pub use introspection::{TokenIntrospection, INTROSPECTIONS_PER_S};
 pub use jwks::KeyError;
 pub use jwt::JwtValidation;
 pub(crate) use jwt_params::public_url;

@@ -6,8 +6,14 @@
 //!   (300 s without one), held between `jwks_cache_min_s` and
 //!   `jwks_cache_max_s`.
 //! * **Unknown `kid`**: a token whose key is not in the fresh set triggers
-//!   one refresh, at most one per `jwks_refresh_interval_s`: a flood of
-//!   forged key ids costs the provider one request per interval, no more.
+//!   a refresh, at most one per `jwks_refresh_min_ms` (1 s) for the source
+//!   (a `governor` limiter): a flood of forged key ids, however many and
+//!   however distinct, costs the provider one request per that interval.
+//!   A `kid` that a refresh started after its token arrived did not bring
+//!   is remembered for `jwks_refresh_interval_s` (10 s) and refused without
+//!   another refresh meanwhile; a `kid` first seen after the last refresh
+//!   is never refused for want of a turn for longer than the minimum
+//!   interval, so forged key ids cannot hold back a real rotation.
 //! * **Single flight**: one fetch at a time per key source; the requests
 //!   that need it wait on the same fetch, each only until its own deadline
 //!   (the call's deadline less a margin for the reply). A fetch runs on in
@@ -23,11 +29,16 @@
 //! into the agent's metrics ([`super::metrics`]).
 
 use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::num::{NonZeroU32, NonZeroUsize};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
+use governor::state::{InMemoryState, NotKeyed};
+use governor::{Quota, RateLimiter};
 use jsonwebtoken::Algorithm;
+use lru::LruCache;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use url::Url;
@@ -35,6 +46,7 @@ use url::Url;
 use super::fetch::{self, FetchError};
 use super::jwks::{find_key, jwk_set_keys, SetOrigin, VerifyKey};
 use super::metrics::{bump, Stats};
+use crate::ratelimit::TokioClock;
 
 /// Lifetime of a JWK set whose answer has no `Cache-Control` lifetime.
 const DEFAULT_TTL: Duration = Duration::from_secs(300);
@@ -48,6 +60,8 @@ const STALE_WAIT: Duration = Duration::from_millis(100);
 const WARN_EVERY: Duration = Duration::from_secs(10);
 /// Key sources kept at most (distinct params); beyond, the registry starts over.
 const MAX_SOURCES: usize = 64;
+/// Unknown key ids remembered at most per source, least recently used out.
+const MAX_UNKNOWN_KIDS: usize = 4096;
 
 /// Where the keys come from.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -66,7 +80,10 @@ pub(crate) struct RemoteConfig {
     pub(crate) cache_min: Duration,
     pub(crate) cache_max: Duration,
     pub(crate) stale_for: Duration,
+    /// How long a `kid` a refresh did not bring is refused without another.
     pub(crate) refresh_interval: Duration,
+    /// Least time between two refreshes started by unknown `kid`s.
+    pub(crate) refresh_min: Duration,
 }
 
 /// What a key lookup found.
@@ -92,7 +109,6 @@ struct Snapshot {
 
 #[derive(Default)]
 struct Gate {
-    last_kid_refresh: Option<Instant>,
     retry_at: Option<Instant>,
     failures: u32,
     /// When each kind of warning (stale keys, no keys) was last logged.
@@ -108,6 +124,16 @@ enum Warning {
 
 type Outcome = Option<Result<(), FetchError>>;
 
+/// The fetch in flight: its outcome, when it ends, and when it started.
+#[derive(Clone)]
+struct Inflight {
+    rx: watch::Receiver<Outcome>,
+    started: Instant,
+}
+
+/// At most one refresh per `refresh_min` for unknown key ids.
+type KidLimiter = RateLimiter<NotKeyed, InMemoryState, TokioClock>;
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -118,8 +144,13 @@ pub(crate) struct RemoteKeys {
     client: reqwest::Client,
     snapshot: RwLock<Option<Arc<Snapshot>>>,
     jwks_uri: Mutex<Option<Url>>,
-    inflight: Mutex<Option<watch::Receiver<Outcome>>>,
+    inflight: Mutex<Option<Inflight>>,
     gate: Mutex<Gate>,
+    kid_limiter: KidLimiter,
+    /// Key ids (hashed) that a refresh did not bring, until when they are
+    /// refused without another.
+    unknown_kids: Mutex<LruCache<u64, Instant>>,
+    hasher: std::collections::hash_map::RandomState,
     stats: Stats,
 }
 
@@ -131,6 +162,10 @@ impl RemoteKeys {
             Source::Discovery(_) => None,
         };
         let stats = Stats::new(&source_name(&cfg.source));
+        let quota = Quota::with_period(cfg.refresh_min)
+            .ok_or("jwks_refresh_min_ms must be above 0")?
+            .allow_burst(NonZeroU32::MIN);
+        let kids = NonZeroUsize::new(MAX_UNKNOWN_KIDS).unwrap_or(NonZeroUsize::MIN);
         Ok(RemoteKeys {
             cfg,
             client,
@@ -138,6 +173,9 @@ impl RemoteKeys {
             jwks_uri: Mutex::new(jwks_uri),
             inflight: Mutex::new(None),
             gate: Mutex::new(Gate::default()),
+            kid_limiter: RateLimiter::direct_with_clock(quota, TokioClock),
+            unknown_kids: Mutex::new(LruCache::new(kids)),
+            hasher: std::collections::hash_map::RandomState::new(),
             stats,
         })
     }
@@ -216,8 +254,11 @@ impl RemoteKeys {
         }
     }
 
-    /// A `kid` the fresh set does not hold: it joins a fetch in flight, or
-    /// starts one if none was started for an unknown `kid` within the interval.
+    /// A `kid` the fresh set does not hold (the token arrived at `now`).
+    /// Refused at once when a refresh already lacked it (remembered);
+    /// otherwise it joins the fetch in flight, or starts one when the
+    /// limiter gives a turn. A fetch that started after `now` and still
+    /// lacks the `kid` makes it remembered for `refresh_interval`.
     async fn unknown_kid(
         self: &Arc<Self>,
         alg: Algorithm,
@@ -225,38 +266,46 @@ impl RemoteKeys {
         now: Instant,
         wait_until: Instant,
     ) -> Lookup {
+        let kid_key = self.hasher.hash_one(kid.unwrap_or(""));
+        let remembered = lock(&self.unknown_kids).get(&kid_key).is_some_and(|until| now < *until);
+        if remembered {
+            let n = bump(&self.stats.kid_remembered);
+            tracing::debug!(source = %self.source(), kid, remembered = n, "unknown key id, lacking from a recent refresh");
+            return Lookup::UnknownKey;
+        }
         let inflight = lock(&self.inflight).clone();
-        let rx = match inflight {
-            Some(rx) => rx,
+        let fetch = match inflight {
+            Some(f) => f,
             None => {
-                let mut gate = lock(&self.gate);
-                let allowed = gate
-                    .last_kid_refresh
-                    .is_none_or(|t| now >= t + self.cfg.refresh_interval);
-                if !allowed {
-                    drop(gate);
+                if self.kid_limiter.check().is_err() {
                     let n = bump(&self.stats.kid_refreshes_limited);
                     tracing::debug!(source = %self.source(), kid, limited = n, "unknown key id, refresh not yet allowed");
                     return Lookup::UnknownKey;
                 }
-                gate.last_kid_refresh = Some(now);
-                drop(gate);
                 let n = bump(&self.stats.kid_refreshes);
                 tracing::info!(source = %self.source(), kid, kid_refreshes = n, "unknown key id: refreshing the keys");
                 match self.start_refresh() {
-                    Some(rx) => rx,
+                    Some(f) => f,
                     None => return Lookup::UnknownKey,
                 }
             }
         };
-        match wait(rx, wait_until).await {
-            Some(Ok(())) => match self.current() {
-                Some(snap) => match find_key(&snap.keys, alg, kid) {
-                    Some(index) => found(&snap, index, false),
-                    None => Lookup::UnknownKey,
-                },
-                None => Lookup::UnknownKey,
-            },
+        let started = fetch.started;
+        match wait(fetch.rx, wait_until).await {
+            Some(Ok(())) => {
+                if let Some(snap) = self.current() {
+                    if let Some(index) = find_key(&snap.keys, alg, kid) {
+                        return found(&snap, index, false);
+                    }
+                }
+                // A set fetched after this token arrived lacks its key: the
+                // provider does not publish it (now).
+                if started >= now {
+                    let until = Instant::now() + self.cfg.refresh_interval;
+                    lock(&self.unknown_kids).put(kid_key, until);
+                }
+                Lookup::UnknownKey
+            }
             // Failed or too slow: the fresh set stands, and it lacks this key.
             _ => Lookup::UnknownKey,
         }
@@ -276,20 +325,24 @@ impl RemoteKeys {
     /// Joins the fetch in flight or starts one (unless backing off after
     /// failures), and waits for it until `until`.
     async fn refresh(self: &Arc<Self>, until: Instant) -> Outcome {
-        wait(self.start_refresh()?, until).await
+        wait(self.start_refresh()?.rx, until).await
     }
 
     /// The fetch in flight, or a new one (`None` while backing off).
-    fn start_refresh(self: &Arc<Self>) -> Option<watch::Receiver<Outcome>> {
+    fn start_refresh(self: &Arc<Self>) -> Option<Inflight> {
         let mut slot = lock(&self.inflight);
-        if let Some(rx) = slot.as_ref() {
-            return Some(rx.clone());
+        if let Some(f) = slot.as_ref() {
+            return Some(f.clone());
         }
         if lock(&self.gate).retry_at.is_some_and(|t| Instant::now() < t) {
             return None;
         }
         let (tx, rx) = watch::channel(None);
-        *slot = Some(rx.clone());
+        let fetch = Inflight {
+            rx,
+            started: Instant::now(),
+        };
+        *slot = Some(fetch.clone());
         drop(slot);
         let me = Arc::clone(self);
         tokio::spawn(async move {
@@ -298,7 +351,7 @@ impl RemoteKeys {
             *lock(&me.inflight) = None;
             let _ = tx.send(Some(outcome));
         });
-        Some(rx)
+        Some(fetch)
     }
 
     /// Stores a fetched set (or counts the failure and backs off).
@@ -321,6 +374,7 @@ impl RemoteKeys {
                     source = %self.source(), keys = count, ttl_s = ttl.as_secs(), fetches = n,
                     failures = self.stats.failures.get(), kid_refreshes = self.stats.kid_refreshes.get(),
                     kid_refreshes_limited = self.stats.kid_refreshes_limited.get(),
+                    kids_remembered = self.stats.kid_remembered.get(),
                     stale_used = self.stats.stale_used.get(), unavailable = self.stats.unavailable.get(),
                     "identity provider keys fetched"
                 );

@@ -29,6 +29,7 @@ fn cfg(source: Source) -> RemoteConfig {
         cache_max: Duration::from_secs(3600),
         stale_for: Duration::from_secs(3600),
         refresh_interval: Duration::from_secs(3600),
+        refresh_min: Duration::from_secs(3600),
     }
 }
 
@@ -89,6 +90,7 @@ async fn a_rotated_key_is_fetched_once_and_forged_kids_are_rate_limited() {
     idp.set("/jwks", Answer::json(jwks_with(&["k1"])).max_age(600));
     let mut c = cfg(Source::JwksUri(Url::parse(&format!("{}/jwks", idp.base)).unwrap()));
     c.refresh_interval = Duration::from_millis(800);
+    c.refresh_min = Duration::from_millis(800);
     let keys = Arc::new(RemoteKeys::new(c).unwrap());
     assert_eq!(
         kid_of(&keys.lookup(Algorithm::RS256, Some("k1"), soon(2000)).await).as_deref(),
@@ -135,6 +137,84 @@ async fn a_rotated_key_is_fetched_once_and_forged_kids_are_rate_limited() {
     assert!(keys.stats().kid_refreshes_limited.get() >= 50);
     // The known key was never disturbed.
     assert!(kid_of(&keys.lookup(Algorithm::RS256, Some("k1"), soon(2000)).await).is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_kids_do_not_hold_back_a_rotation_and_fetches_stay_bounded() {
+    let idp = StubIdp::start().await;
+    idp.set("/jwks", Answer::json(jwks_with(&["k1"])).max_age(600));
+    let mut c = cfg(Source::JwksUri(Url::parse(&format!("{}/jwks", idp.base)).unwrap()));
+    // Forged kids are remembered for the whole test; refreshes for new
+    // ones at most every 300 ms.
+    c.refresh_min = Duration::from_millis(300);
+    let keys = Arc::new(RemoteKeys::new(c).unwrap());
+    assert!(kid_of(&keys.lookup(Algorithm::RS256, Some("k1"), soon(2000)).await).is_some());
+    let t0 = Instant::now();
+
+    // Distinct forged kids, without pause, from here to the end.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let forger = {
+        let (keys, stop) = (Arc::clone(&keys), Arc::clone(&stop));
+        tokio::spawn(async move {
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let l = keys
+                    .lookup(Algorithm::RS256, Some(&format!("forged-{n}")), soon(2000))
+                    .await;
+                assert!(matches!(l, Lookup::UnknownKey));
+                n += 1;
+                tokio::task::yield_now().await;
+            }
+            n
+        })
+    };
+    // Wait until the flood has used up several refreshes.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while keys.stats().kid_refreshes.get() < 3 {
+        assert!(Instant::now() < deadline, "the flood started no refresh");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // The provider rotates; the new key's token passes once a refresh has
+    // had its turn: within the minimum interval and a fetch.
+    idp.set("/jwks", Answer::json(jwks_with(&["k2", "k1"])).max_age(600));
+    let rotated = Instant::now();
+    let deadline = rotated + Duration::from_secs(3);
+    let mut refused = 0;
+    loop {
+        match keys.lookup(Algorithm::RS256, Some("k2"), soon(2000)).await {
+            Lookup::Found { .. } => break,
+            _ => refused += 1,
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the rotated key was refused {refused} times in 3 s: {:?}",
+            keys.stats()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let forged = forger.await.unwrap();
+
+    // However many forged kids, at most one fetch per 300 ms (plus the first).
+    let elapsed = t0.elapsed();
+    let bound = 2 + (elapsed.as_millis() / 300) as usize;
+    let hits = idp.hits("/jwks");
+    assert!(forged > 100, "flood too small: {forged}");
+    assert!(hits <= bound, "{hits} fetches for {forged} forged kids in {elapsed:?}");
+
+    // A forged kid that a refresh lacked is remembered: no fetch for it.
+    let before = idp.hits("/jwks");
+    let known = keys.stats().kid_remembered.get();
+    tokio::time::sleep(Duration::from_millis(350)).await; // past the limiter's interval
+    for _ in 0..20 {
+        assert!(matches!(
+            keys.lookup(Algorithm::RS256, Some("forged-0"), soon(2000)).await,
+            Lookup::UnknownKey
+        ));
+    }
+    assert_eq!(idp.hits("/jwks"), before);
+    assert_eq!(keys.stats().kid_remembered.get(), known + 20);
 }
 
 #[tokio::test]

@@ -26,6 +26,12 @@ pub(crate) struct Args {
     /// Without it, apiKeyAuth knows no key and refuses every one.
     #[arg(long, value_name = "FILE")]
     api_keys: Option<PathBuf>,
+    /// tokenIntrospection: tokens not in the cache introspected per second
+    /// by all routes together, as a burst of as many (each route also has
+    /// its own max_introspections_per_s); beyond, refused without a call.
+    #[arg(long, value_name = "N", default_value_t = crate::auth::INTROSPECTIONS_PER_S,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    introspections_per_s: u32,
     #[command(flatten)]
     serve: ServeArgs,
 }
@@ -51,9 +57,26 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let builder = Agent::builder("auth-agent", env!("CARGO_PKG_VERSION"))
         .policy(ApiKeyAuth::new(keys))
         .policy(JwtValidation::new())
-        .policy(TokenIntrospection::new())
+        .policy(TokenIntrospection::with_total_per_s(args.introspections_per_s))
         .policy(OauthProtectedResource::new())
         .policy(RoleCheck);
     args.serve.apply(builder).serve_unix(&args.socket).await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_introspection_bound_is_a_flag() {
+        let parse = |extra: &[&str]| {
+            let mut line = vec!["auth-agent", "--socket=/s"];
+            line.extend_from_slice(extra);
+            Args::try_parse_from(line).map(|a| a.introspections_per_s)
+        };
+        assert_eq!(parse(&[]).ok(), Some(100));
+        assert_eq!(parse(&["--introspections-per-s", "20"]).ok(), Some(20));
+        assert!(parse(&["--introspections-per-s", "0"]).is_err());
+    }
 }
