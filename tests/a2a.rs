@@ -15,8 +15,6 @@
 
 mod support;
 
-use std::path::Path;
-
 use serde_json::{json, Value};
 use support::a2a::{js_client, py_client, step};
 use support::a2a_stack::{bearer, strs, A2aStack};

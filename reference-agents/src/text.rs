@@ -64,7 +64,8 @@ fn content_strings(v: &Value, out: &mut String, depth: usize) {
             let encoded = map.get("type").and_then(Value::as_str) == Some("base64");
             for (k, child) in map {
                 let shape = SHAPE_KEYS.contains(&k.as_str()) && child.is_string();
-                if !shape && !(encoded && k == "data") {
+                let data = encoded && k == "data";
+                if !(shape || data) {
                     content_strings(child, out, depth + 1);
                 }
             }
