@@ -19,7 +19,8 @@
 //! * [`a2a`]: `a2aAuthorization`, `a2aTaskOwnership`, `a2aCardFilter`,
 //!   `a2aUrlGuard` (`tool-agent`): agent-to-agent delegation, on the same
 //!   rules, JSON-RPC parsing, SSE events and session store as the MCP
-//!   policies.
+//!   policies; `a2a::shapes` reads each protocol version's and binding's
+//!   field names the way the server behind reads them.
 //! * [`planner`]: `planCritic`, `planCriticStream`, `untrustedInput`
 //!   (`planner-agent`): planned tool calls of completions, checked with the
 //!   tool agent's rules and argument guards; untrusted prompt text fenced off.
@@ -34,7 +35,9 @@
 //! * [`normalize`]: folding text to the plain form detectors read
 //!   (NFKC, confusables, invisible characters, leetspeak, embedded
 //!   encodings), with offsets back into the original.
-//! * [`text`]: helpers for policies that read chat-completion bodies.
+//! * [`text`]: the text a body gives the model or agent behind it (chat
+//!   documents read as the model reads them; any other JSON whole), for the
+//!   guardrails and token estimates.
 //! * [`param_cache`]: parsed params kept per distinct raw value.
 //! * [`sessions`]: state kept across requests (planner sessions, MCP
 //!   server requests, A2A task owners), in memory or in Redis.
