@@ -113,7 +113,20 @@ pub fn py_client(card_base: &str, headers: &Value, steps: &Value, binding: &str)
 /// [`py_client`], with the SDK's protocol 0.3 transports when `v03`.
 pub fn py_client_v(card_base: &str, headers: &Value, steps: &Value, binding: &str, v03: bool) -> (Vec<Value>, String) {
     let mut cmd = Command::new(python());
-    cmd.current_dir(a2a_dir()).arg(a2a_dir().join("client.py")).args([
+    cmd.current_dir(a2a_dir()).arg(a2a_dir().join("client.py"));
+    run_client(cmd, card_base, headers, steps, binding, v03)
+}
+
+/// Runs a client command with the clients' arguments; its lines.
+fn run_client(
+    mut cmd: Command,
+    card_base: &str,
+    headers: &Value,
+    steps: &Value,
+    binding: &str,
+    v03: bool,
+) -> (Vec<Value>, String) {
+    cmd.args([
         card_base,
         &headers.to_string(),
         &steps.to_string(),
@@ -123,7 +136,7 @@ pub fn py_client_v(card_base: &str, headers: &Value, steps: &Value, binding: &st
     if v03 {
         cmd.arg("--v03");
     }
-    lines(cmd.output().expect("run client.py"))
+    lines(cmd.output().expect("run an A2A client"))
 }
 
 /// One JavaScript SDK client run (`js/client.mjs`), as [`py_client`].
@@ -140,17 +153,8 @@ pub fn js_client_v(card_base: &str, headers: &Value, steps: &Value, binding: &st
         js.display()
     );
     let mut cmd = Command::new("node");
-    cmd.current_dir(&js).arg(js.join("client.mjs")).args([
-        card_base,
-        &headers.to_string(),
-        &steps.to_string(),
-        "--binding",
-        binding,
-    ]);
-    if v03 {
-        cmd.arg("--v03");
-    }
-    lines(cmd.output().expect("run node client.mjs"))
+    cmd.current_dir(&js).arg(js.join("client.mjs"));
+    run_client(cmd, card_base, headers, steps, binding, v03)
 }
 
 /// The line of `step` (the first one).

@@ -148,6 +148,31 @@ const MIME_TYPE: Names = &["mimeType", "mime_type"];
 const HISTORY_LENGTH: Names = &["historyLength", "history_length"];
 const ACCEPTED_OUTPUT_MODES: Names = &["acceptedOutputModes", "accepted_output_modes"];
 
+/// A part in the 1.0 shape, from its members (each already checked).
+struct Part<'v> {
+    text: Option<&'v Value>,
+    raw: Option<&'v Value>,
+    url: Option<&'v Value>,
+    data: Option<&'v Value>,
+    metadata: Option<&'v Value>,
+    filename: Option<&'v Value>,
+    media_type: Option<&'v Value>,
+}
+
+impl Part<'_> {
+    fn shape(self) -> Value {
+        object([
+            ("text", owned(self.text)),
+            ("raw", owned(self.raw)),
+            ("url", owned(self.url)),
+            ("data", owned(self.data)),
+            ("metadata", owned(self.metadata)),
+            ("filename", owned(self.filename)),
+            ("mediaType", owned(self.media_type)),
+        ])
+    }
+}
+
 /// One part, in the 1.0 shape.
 fn part(d: Dialect, v: &Value, at: &str, strict: bool) -> Result<Value, Unread> {
     match d {
@@ -166,15 +191,16 @@ fn part(d: Dialect, v: &Value, at: &str, strict: bool) -> Result<Value, Unread> 
                 at,
                 strict,
             )?;
-            Ok(object([
-                ("text", owned(string(text, at, "text")?)),
-                ("raw", owned(string(raw, at, "raw")?)),
-                ("url", owned(string(url, at, "url")?)),
-                ("data", owned(data)),
-                ("metadata", owned(metadata)),
-                ("filename", owned(string(filename, at, "filename")?)),
-                ("mediaType", owned(string(media_type, at, "mediaType")?)),
-            ]))
+            Ok(Part {
+                text: string(text, at, "text")?,
+                raw: string(raw, at, "raw")?,
+                url: string(url, at, "url")?,
+                data,
+                metadata,
+                filename: string(filename, at, "filename")?,
+                media_type: string(media_type, at, "mediaType")?,
+            }
+            .shape())
         }
         Dialect::V03JsonRpc => {
             let [kind, text, file, data, metadata] = pick(
@@ -200,15 +226,16 @@ fn part(d: Dialect, v: &Value, at: &str, strict: bool) -> Result<Value, Unread> 
                 }
                 None => (None, None, None, None),
             };
-            Ok(object([
-                ("text", owned(string(text, at, "text")?)),
-                ("raw", owned(raw)),
-                ("url", owned(url)),
-                ("data", owned(data)),
-                ("metadata", owned(metadata)),
-                ("filename", owned(name)),
-                ("mediaType", owned(mime)),
-            ]))
+            Ok(Part {
+                text: string(text, at, "text")?,
+                raw,
+                url,
+                data,
+                metadata,
+                filename: name,
+                media_type: mime,
+            }
+            .shape())
         }
         Dialect::V03Rest => {
             let [text, file, data, metadata] = pick(v, [&["text"], &["file"], &["data"], &["metadata"]], at, strict)?;
@@ -240,15 +267,16 @@ fn part(d: Dialect, v: &Value, at: &str, strict: bool) -> Result<Value, Unread> 
                 Some(d) => pick(d, [&["data"]], &format!("{at}.data"), strict)?[0],
                 None => None,
             };
-            Ok(object([
-                ("text", owned(string(text, at, "text")?)),
-                ("raw", owned(raw)),
-                ("url", owned(url)),
-                ("data", owned(data)),
-                ("metadata", owned(metadata)),
-                ("filename", owned(name)),
-                ("mediaType", owned(mime)),
-            ]))
+            Ok(Part {
+                text: string(text, at, "text")?,
+                raw,
+                url,
+                data,
+                metadata,
+                filename: name,
+                media_type: mime,
+            }
+            .shape())
         }
     }
 }
