@@ -150,6 +150,20 @@ impl IdpStack {
         .await
     }
 
+    /// True once the auth agent's log has `text`, polled for 5 s: the agent
+    /// writes a request's lines when it next waits for work, just after its
+    /// answer, so the line may come a moment after the answer.
+    fn auth_log_has(&self, text: &str) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !self.auth_log().contains(text) {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        true
+    }
+
     fn auth_log(&self) -> String {
         std::fs::read_to_string(self.dir.join("auth.log")).unwrap_or_default()
     }
@@ -347,7 +361,7 @@ async fn provider_tokens_are_accepted_rotated_keys_picked_up_and_forged_kids_rat
         fetched <= allowed,
         "{fetched} fetches for {sent} forged kids in {elapsed:.1} s"
     );
-    assert!(s.auth_log().contains("unknown key id: refreshing the keys"));
+    assert!(s.auth_log_has("unknown key id: refreshing the keys"));
 
     // The same story in the auth agent's metrics.
     let iss = s.idp.issuer();
@@ -402,14 +416,14 @@ async fn with_the_provider_down_cached_keys_serve_for_their_bound_then_fail_clos
         got.body,
         s.diag()
     );
-    assert!(s.auth_log().contains("verifying with stale keys"), "{}", s.auth_log());
+    assert!(s.auth_log_has("verifying with stale keys"), "{}", s.auth_log());
 
     tokio::time::sleep(Duration::from_millis(7000).saturating_sub(fetched.elapsed())).await;
     let got = s.get("/stale/x", &token).await;
     assert_eq!(got.status, 503, "past the bound: {}\n{}", got.body, s.diag());
     assert_eq!(got.json()["reason"], "keys_unavailable");
     assert_eq!(got.header("retry-after"), Some("5"));
-    assert!(s.auth_log().contains("no usable keys from the identity provider"));
+    assert!(s.auth_log_has("no usable keys from the identity provider"));
     let iss = s.idp.issuer();
     for series in [
         format!("policy_agent_jwks_stale_verifications_total{{source=\"{iss}\"}}"),
@@ -585,7 +599,7 @@ async fn a_flood_of_made_up_opaque_tokens_reaches_the_provider_at_a_bounded_rate
         "{}",
         s.kernel.admin_get("/metrics").1
     );
-    assert!(s.auth_log().contains("introspection bound reached"), "{}", s.auth_log());
+    assert!(s.auth_log_has("introspection bound reached"), "{}", s.auth_log());
 }
 
 fn fetches<'a>(lines: &'a [Value], prefix: &str) -> Vec<&'a Value> {
