@@ -35,6 +35,19 @@ fn sizes_script() -> String {
 }
 
 /// The last kernel log line about a failed call, with its reason.
+/// The failure reason the kernel logged for `request_id`, waited for (5 s):
+/// the kernel writes a request's lines just after its answer.
+fn logged_failure_reason(kernel: &support::KernelProc, request_id: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let reason = failure_reason(&kernel.log(), request_id);
+        if !reason.is_empty() || Instant::now() >= deadline {
+            return reason;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn failure_reason(log: &str, request_id: &str) -> String {
     log.lines()
         .filter(|l| l.contains("Partial policy chain execution") && l.contains(request_id))
@@ -106,7 +119,7 @@ async fn size_limits() {
     tokio::time::sleep(Duration::from_millis(10)).await;
     // a) An agent reply over the 16 MiB limit.
     let a = post("/bigreply", 1_000_000, 1).await;
-    let reason = failure_reason(&s.kernel.log(), "size-1");
+    let reason = logged_failure_reason(&s.kernel, "size-1");
     r.fig(
         "agent_reply_17MB",
         format!(
