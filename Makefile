@@ -170,8 +170,9 @@ $(IDP_STAMP): tests/idp/package.json tests/idp/package-lock.json
 	touch $@
 
 # The A2A tests' Node packages (tests/a2a/js: the official A2A JavaScript SDK
-# as a client), installed from its lock file into tests/a2a/js/node_modules;
-# again whenever the lock file changes.
+# as a client, and as a server on Express for the parser-parity test),
+# installed from its lock file into tests/a2a/js/node_modules; again whenever
+# the lock file changes.
 $(A2A_JS_STAMP): tests/a2a/js/package.json tests/a2a/js/package-lock.json
 	@bash scripts/need.sh test node:nodejs npm:npm
 	cd tests/a2a/js && npm ci --no-audit --no-fund --loglevel=error
