@@ -43,41 +43,67 @@ async fn a_stalled_log_reader_does_not_stall_calls() {
         assert_eq!(immediate(&reply.into_inner()).map(|d| d.status_code), Some(500));
     }
 
-    // Now read: every line that was held back arrives whole, then one note
-    // with the number dropped, and together they account for every call.
+    // Now read: every line that was held back arrives whole, then a note
+    // with the number dropped; together with the lines of the last calls
+    // (written just after their answers, so possibly after the note) they
+    // account for every call. Read until they do, or 30 s.
     let mut stderr = spawned.child.stderr.take().unwrap();
     let text = tokio::task::spawn_blocking(move || {
         let mut text = String::new();
         let mut buf = vec![0; 1 << 16];
         let deadline = Instant::now() + Duration::from_secs(30);
-        while !text.contains("log lines dropped") {
-            assert!(Instant::now() < deadline, "no note; read {} bytes", text.len());
+        while !(text.contains("log lines dropped") && accounted(&text) >= calls) {
+            assert!(
+                Instant::now() < deadline,
+                "{} of {calls} calls accounted for; read {} bytes",
+                accounted(&text),
+                text.len()
+            );
             let n = stderr.read(&mut buf).expect("read stderr");
-            assert!(n > 0, "stderr closed before the note");
+            assert!(n > 0, "stderr closed before every call was accounted for");
             text.push_str(std::str::from_utf8(&buf[..n]).expect("utf-8"));
         }
         text
     })
     .await
     .unwrap();
-    let lines: Vec<&str> = text.lines().collect();
-    let (note, written) = lines.split_last().unwrap();
-    let dropped: usize = note
-        .rsplit_once("dropped=")
-        .and_then(|(_, n)| n.parse().ok())
-        .unwrap_or_else(|| panic!("note without a count: {note}"));
-    assert!(note.contains(" WARN "), "{note}");
-    assert!(dropped > 0, "more than the backlog was logged");
-    for l in written {
+    let (notes, written): (Vec<&str>, Vec<&str>) = text.lines().partition(|l| l.contains("log lines dropped"));
+    for note in &notes {
+        assert!(note.contains(" WARN "), "{note}");
+    }
+    assert!(dropped(&text) > 0, "more than the backlog was logged");
+    for l in &written {
         assert!(
             l.contains("policy failed") && l.ends_with("on_failure=Deny"),
             "a cut or foreign line: {l:?}"
         );
     }
-    assert_eq!(written.len() + dropped, calls, "every warning written or counted");
+    assert_eq!(
+        written.len() + dropped(&text),
+        calls,
+        "every warning written or counted"
+    );
 
     // SIGTERM: a clean exit.
     sigterm(&spawned.child);
     let status = wait_exit(&mut spawned.child, Duration::from_secs(15));
     assert!(status.success(), "exit {status}");
+}
+
+/// The lines dropped, as the notes in `text` count them.
+fn dropped(text: &str) -> usize {
+    text.lines()
+        .filter(|l| l.contains("log lines dropped"))
+        .map(|note| {
+            note.rsplit_once("dropped=")
+                .and_then(|(_, n)| n.parse::<usize>().ok())
+                .unwrap_or_else(|| panic!("note without a count: {note}"))
+        })
+        .sum()
+}
+
+/// The calls `text` accounts for: whole warning lines, and those dropped.
+fn accounted(text: &str) -> usize {
+    let whole = text.lines().filter(|l| l.ends_with("on_failure=Deny")).count();
+    whole + dropped(text)
 }
