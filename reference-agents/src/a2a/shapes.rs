@@ -173,6 +173,35 @@ impl Part<'_> {
     }
 }
 
+/// A 0.3 file part's `file` (its URI and bytes under `uri_names` and
+/// `bytes_names`), as (url, raw, filename, mediaType), each checked.
+type File<'v> = (
+    Option<&'v Value>,
+    Option<&'v Value>,
+    Option<&'v Value>,
+    Option<&'v Value>,
+);
+
+fn file_of<'v>(
+    file: Option<&'v Value>,
+    uri_names: Names,
+    bytes_names: Names,
+    at: &str,
+    strict: bool,
+) -> Result<File<'v>, Unread> {
+    let Some(f) = file else {
+        return Ok((None, None, None, None));
+    };
+    let at = format!("{at}.file");
+    let [uri, bytes, name, mime] = pick(f, [uri_names, bytes_names, &["name"], MIME_TYPE], &at, strict)?;
+    Ok((
+        string(uri, &at, uri_names[0])?,
+        string(bytes, &at, bytes_names[0])?,
+        string(name, &at, "name")?,
+        string(mime, &at, "mimeType")?,
+    ))
+}
+
 /// One part, in the 1.0 shape.
 fn part(d: Dialect, v: &Value, at: &str, strict: bool) -> Result<Value, Unread> {
     match d {
@@ -213,19 +242,7 @@ fn part(d: Dialect, v: &Value, at: &str, strict: bool) -> Result<Value, Unread> 
                 None | Some("text" | "file" | "data") => {}
                 Some(other) => return Err(format!("{at}.kind {other:?} is not a part kind this policy can read")),
             }
-            let (url, raw, name, mime) = match file {
-                Some(f) => {
-                    let at = format!("{at}.file");
-                    let [uri, bytes, name, mime] = pick(f, [&["uri"], &["bytes"], &["name"], MIME_TYPE], &at, strict)?;
-                    (
-                        string(uri, &at, "uri")?,
-                        string(bytes, &at, "bytes")?,
-                        string(name, &at, "name")?,
-                        string(mime, &at, "mimeType")?,
-                    )
-                }
-                None => (None, None, None, None),
-            };
+            let (url, raw, name, mime) = file_of(file, &["uri"], &["bytes"], at, strict)?;
             Ok(Part {
                 text: string(text, at, "text")?,
                 raw,
@@ -239,29 +256,13 @@ fn part(d: Dialect, v: &Value, at: &str, strict: bool) -> Result<Value, Unread> 
         }
         Dialect::V03Rest => {
             let [text, file, data, metadata] = pick(v, [&["text"], &["file"], &["data"], &["metadata"]], at, strict)?;
-            let (url, raw, name, mime) = match file {
-                Some(f) => {
-                    let at = format!("{at}.file");
-                    let [uri, bytes, name, mime] = pick(
-                        f,
-                        [
-                            &["fileWithUri", "file_with_uri"],
-                            &["fileWithBytes", "file_with_bytes"],
-                            &["name"],
-                            MIME_TYPE,
-                        ],
-                        &at,
-                        strict,
-                    )?;
-                    (
-                        string(uri, &at, "fileWithUri")?,
-                        string(bytes, &at, "fileWithBytes")?,
-                        string(name, &at, "name")?,
-                        string(mime, &at, "mimeType")?,
-                    )
-                }
-                None => (None, None, None, None),
-            };
+            let (url, raw, name, mime) = file_of(
+                file,
+                &["fileWithUri", "file_with_uri"],
+                &["fileWithBytes", "file_with_bytes"],
+                at,
+                strict,
+            )?;
             // A 0.3 DataPart wraps its Struct: `{"data": {"data": {...}}}`.
             let data = match data {
                 Some(d) => pick(d, [&["data"]], &format!("{at}.data"), strict)?[0],
