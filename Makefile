@@ -9,6 +9,9 @@ NODE_STAMP    := tests/mcp/ts/node_modules/.installed
 IDP_STAMP     := tests/idp/node_modules/.installed
 # The npm packages of the A2A tests (tests/a2a/js: the official A2A JS SDK).
 A2A_JS_STAMP  := tests/a2a/js/node_modules/.installed
+# The npm package of the approvals tests (tests/approvals: playwright-core,
+# which drives Debian's chromium through the operators' approvals page).
+APPROVALS_STAMP := tests/approvals/node_modules/.installed
 
 .PHONY: need-build need-setup setup test lint build build-run bench run stop observe release check-deploy fuzz chaos soak need-run need-test need-observe stop-stack eval-guard
 
@@ -20,7 +23,7 @@ NEED_SETUP  := python3-venv:python3-venv
 # etcd's API with them.
 NEED_BUILD  := protoc:protobuf-compiler /usr/include/google/protobuf/descriptor.proto:libprotobuf-dev
 NEED_RUN    := curl:curl node:nodejs npm:npm
-NEED_TEST   := redis-server:redis-server etcd:etcd-server promtool:prometheus prometheus:prometheus curl:curl setpriv:util-linux node:nodejs npm:npm
+NEED_TEST   := redis-server:redis-server etcd:etcd-server promtool:prometheus prometheus:prometheus curl:curl setpriv:util-linux node:nodejs npm:npm chromium:chromium
 NEED_OBSERVE := prometheus:prometheus curl:curl
 NEED_DEPLOY := docker-compose:docker-compose
 NEED_BENCH  := h2load:nghttp2-client taskset:util-linux etcd:etcd-server
@@ -69,7 +72,7 @@ need-run:
 
 # What `make run` installs beside its build, each once: Envoy, supervisor,
 # the tests' Python packages (the demo's MCP servers) and npm packages.
-RUN_INSTALLS := setup $(SUPERVISOR_STAMP) $(VENV)/.test-requirements $(NODE_STAMP) $(IDP_STAMP) $(A2A_JS_STAMP)
+RUN_INSTALLS := setup $(SUPERVISOR_STAMP) $(VENV)/.test-requirements $(NODE_STAMP) $(IDP_STAMP) $(A2A_JS_STAMP) $(APPROVALS_STAMP)
 
 # Before the venv is made; `make run` checks them before it starts its jobs
 # side by side, since Debian packages install one command at a time (apt
@@ -141,7 +144,7 @@ lint: need-build
 	cargo clippy --workspace --all-targets -- -D warnings
 
 ## test: every test: unit, integration, and end-to-end through a real Envoy.
-test: need-test need-build setup $(VENV)/.test-requirements $(NODE_STAMP) $(IDP_STAMP) $(A2A_JS_STAMP)
+test: need-test need-build setup $(VENV)/.test-requirements $(NODE_STAMP) $(IDP_STAMP) $(A2A_JS_STAMP) $(APPROVALS_STAMP)
 	cargo test --workspace
 
 need-test:
@@ -176,6 +179,15 @@ $(IDP_STAMP): tests/idp/package.json tests/idp/package-lock.json
 $(A2A_JS_STAMP): tests/a2a/js/package.json tests/a2a/js/package-lock.json
 	@bash scripts/need.sh test node:nodejs npm:npm
 	cd tests/a2a/js && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+# The approvals tests' Node package (tests/approvals: playwright-core, which
+# drives Debian's chromium headless through the operators' approvals page by
+# keyboard, tests/approvals/page.mjs), installed from its lock file into
+# tests/approvals/node_modules; again whenever the lock file changes.
+$(APPROVALS_STAMP): tests/approvals/package.json tests/approvals/package-lock.json
+	@bash scripts/need.sh test node:nodejs npm:npm
+	cd tests/approvals && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
 ## bench: the whole performance harness (criterion + load scenarios); prints the table.

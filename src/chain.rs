@@ -77,7 +77,7 @@ trait PhaseState {
     /// The request as the next agent sees it, in the phase whose outcomes
     /// may be cached.
     fn cacheable_request(&self) -> Option<&RequestCtx>;
-    fn message(&self, id: &str, policies: &[CompiledPolicy], meta: &Metadata) -> AgentCall;
+    fn message(&self, id: &str, policies: &[CompiledPolicy], meta: &Metadata, route: &Route) -> AgentCall;
     fn check(&self, id: &str, reply: AgentReply) -> Result<Reply, CallError>;
     fn apply(&mut self, r: &Reply, muts: &mut Mutations, meta: &mut Metadata, n: usize) -> Next;
 }
@@ -88,8 +88,14 @@ impl PhaseState for RequestState<'_> {
     fn cacheable_request(&self) -> Option<&RequestCtx> {
         Some(self.0)
     }
-    fn message(&self, id: &str, policies: &[CompiledPolicy], meta: &Metadata) -> AgentCall {
-        AgentCall::Request(wire::request_call(id, policies.iter().map(|p| &p.wire), self.0, meta))
+    fn message(&self, id: &str, policies: &[CompiledPolicy], meta: &Metadata, route: &Route) -> AgentCall {
+        AgentCall::Request(wire::request_call(
+            id,
+            policies.iter().map(|p| &p.wire),
+            self.0,
+            meta,
+            &route.identity(),
+        ))
     }
     fn check(&self, id: &str, reply: AgentReply) -> Result<Reply, CallError> {
         match reply {
@@ -111,13 +117,14 @@ impl PhaseState for ResponseState<'_> {
     fn cacheable_request(&self) -> Option<&RequestCtx> {
         None
     }
-    fn message(&self, id: &str, policies: &[CompiledPolicy], meta: &Metadata) -> AgentCall {
+    fn message(&self, id: &str, policies: &[CompiledPolicy], meta: &Metadata, route: &Route) -> AgentCall {
         AgentCall::Response(wire::response_call(
             id,
             policies.iter().map(|p| &p.wire),
             self.request,
             self.response,
             meta,
+            &route.identity(),
         ))
     }
     fn check(&self, id: &str, reply: AgentReply) -> Result<Reply, CallError> {
@@ -198,7 +205,7 @@ impl Run<'_> {
             let reply = if let Some(entry) = &hit {
                 &entry.reply
             } else {
-                let call = state.message(self.request_id, entries, self.meta);
+                let call = state.message(self.request_id, entries, self.meta, self.route);
                 let call_started = Instant::now();
                 let call_cx = chain_cx.as_ref().map(|parent| {
                     let names: Vec<opentelemetry::StringValue> =

@@ -120,6 +120,11 @@ pub struct Chain {
 pub struct Route {
     /// The route name.
     pub name: String,
+    /// The route's version: the first 16 hex digits of the SHA-256 of its
+    /// configuration, the same on every kernel serving the same route.
+    /// Agents get it, and the name, as metadata `route.version` and
+    /// `route.name` (approvals bind to them).
+    pub version: String,
     /// `enforce` or `shadow`.
     pub mode: crate::config::RouteMode,
     /// The request chain.
@@ -135,6 +140,11 @@ pub struct Route {
 }
 
 impl Route {
+    /// Metadata `route.name` and `route.version`, as agents get them.
+    pub fn identity(&self) -> [(&str, &str); 2] {
+        [("route.name", &self.name), ("route.version", &self.version)]
+    }
+
     /// The chain of `phase`.
     pub fn chain(&self, phase: Phase) -> &Chain {
         match phase {
@@ -231,6 +241,7 @@ impl Snapshot {
             .iter()
             .map(|r| {
                 let route = Route {
+                    version: crate::management::store::routes_hash(std::slice::from_ref(r))[..16].to_string(),
                     name: r.route_name.clone(),
                     mode: r.mode,
                     request: compile_chain(

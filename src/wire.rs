@@ -102,8 +102,9 @@ pub fn request_call<'a>(
     policies: impl Iterator<Item = &'a Bytes> + Clone,
     request: &RequestCtx,
     meta: &Metadata,
+    route: &[(&str, &str)],
 ) -> EncodedCall {
-    call(request_id, policies, request, None, meta)
+    call(request_id, policies, request, None, meta, route)
 }
 
 /// A response-phase call (`PolicyResponsePhase`).
@@ -113,8 +114,9 @@ pub fn response_call<'a>(
     request: &RequestCtx,
     response: &ResponseCtx,
     meta: &Metadata,
+    route: &[(&str, &str)],
 ) -> EncodedCall {
-    call(request_id, policies, request, Some(response), meta)
+    call(request_id, policies, request, Some(response), meta, route)
 }
 
 fn call<'a>(
@@ -123,9 +125,15 @@ fn call<'a>(
     request: &RequestCtx,
     response: Option<&ResponseCtx>,
     meta: &Metadata,
+    route: &[(&str, &str)],
 ) -> EncodedCall {
     let (deadline_field, meta_field) = if response.is_some() { (5, 6) } else { (4, 5) };
-    let meta = || meta.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+    // The route's own entries go last: in a protobuf map the last one wins.
+    let meta = || {
+        meta.iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .chain(route.iter().copied())
+    };
     let query: Query<'_> = query_pairs(split_path(&request.path).1.unwrap_or("")).collect();
     let req_len = request_data_len(request, &request.body, &query);
     let resp_len = response.map(|r| response_data_len(r, &r.body));
@@ -576,7 +584,7 @@ mod tests {
         for ctx in requests() {
             for (ps, meta) in [(policies(), meta()), (vec![], Metadata::new())] {
                 let wire: Vec<Bytes> = ps.iter().map(encode_policy).collect();
-                let mut call = request_call("rid-1", wire.iter(), &ctx, &meta);
+                let mut call = request_call("rid-1", wire.iter(), &ctx, &meta, &[]);
                 call.deadline_ms = 250;
                 let got = proto::PolicyRequestPhase::decode(encode(&call).as_slice()).unwrap();
                 let want = proto::PolicyRequestPhase {
@@ -592,11 +600,30 @@ mod tests {
     }
 
     #[test]
+    fn the_routes_name_and_version_go_last_in_the_metadata() {
+        let mut meta = Metadata::new();
+        meta.insert("route.name".into(), "forged".into());
+        meta.insert("sub".into(), "alice".into());
+        let ctx = RequestCtx::default();
+        let call = request_call(
+            "r",
+            std::iter::empty(),
+            &ctx,
+            &meta,
+            &[("route.name", "mcp"), ("route.version", "v9")],
+        );
+        let got = proto::PolicyRequestPhase::decode(encode(&call).as_slice()).unwrap();
+        assert_eq!(got.policy_metadata.get("route.name").map(String::as_str), Some("mcp"));
+        assert_eq!(got.policy_metadata.get("route.version").map(String::as_str), Some("v9"));
+        assert_eq!(got.policy_metadata.get("sub").map(String::as_str), Some("alice"));
+    }
+
+    #[test]
     fn response_calls_decode_as_the_generated_message() {
         for req in requests() {
             for resp in responses() {
                 let wire: Vec<Bytes> = policies().iter().map(encode_policy).collect();
-                let call = response_call("rid-2", wire.iter(), &req, &resp, &meta());
+                let call = response_call("rid-2", wire.iter(), &req, &resp, &meta(), &[]);
                 let got = proto::PolicyResponsePhase::decode(encode(&call).as_slice()).unwrap();
                 let want = proto::PolicyResponsePhase {
                     request_id: "rid-2".into(),
@@ -673,11 +700,11 @@ mod tests {
     #[test]
     fn bodies_are_segments_not_copies() {
         let ctx = request();
-        let call = request_call("r", std::iter::empty(), &ctx, &Metadata::new());
+        let call = request_call("r", std::iter::empty(), &ctx, &Metadata::new(), &[]);
         assert_eq!(call.rest.len(), 1);
         let body = ctx.body.as_ref().unwrap();
         assert_eq!(call.rest[0].0.as_ptr(), body.as_ptr(), "the body was copied");
-        let call = response_call("r", std::iter::empty(), &ctx, &response(), &Metadata::new());
+        let call = response_call("r", std::iter::empty(), &ctx, &response(), &Metadata::new(), &[]);
         assert_eq!(call.rest.len(), 2, "request and response bodies");
         let events = [Bytes::from(vec![b'e'; 100])];
         let context = chunk_context(&ctx, &response());

@@ -336,8 +336,18 @@ async fn reload_under_load_through_envoy() {
     let routes = |policy: &str| {
         format!("  route_policies:\n    - route_name: users\n      response_policy_chain: [{{policy: {policy}}}]\n")
     };
+    // What is under test is the reload, not the agent: on a busy machine a
+    // 100 ms health check or a 500 ms call can time out, and either would
+    // take the agent out (503) for a moment.
     let s = Stack::builder()
-        .test_agent("hdr", HEADERS)
+        .test_agent_with(
+            "hdr",
+            HEADERS,
+            "      health_check_timeout_ms: 2000
+      timeout_ms: 5000
+      circuit_breaker: {failure_threshold: 0}
+",
+        )
         .config(&routes("cfgA"))
         .start()
         .await;
@@ -530,10 +540,15 @@ async fn a_stalled_log_reader_does_not_stall_requests() {
     let a1 = TestAgent::start(dir.path(), "a1", AGENTS);
     // What is under test is the log output, not the agent: on a busy
     // machine 50 calls at once may pass the default 500 ms, and a few such
-    // timeouts in a row would open the agent's circuit (503).
+    // timeouts in a row would open the agent's circuit (503); a health
+    // check past its default 100 ms would take the agent out (503) too.
     let body = format!(
         "  agents:\n{}  route_policies:\n    - route_name: m\n      request_policy_chain: [{{policy: tag, params: {{secret: s}}}}]\n",
-        agent_entry("a1", &a1, "      timeout_ms: 5000\n      circuit_breaker: {failure_threshold: 0}\n")
+        agent_entry(
+            "a1",
+            &a1,
+            "      timeout_ms: 5000\n      health_check_timeout_ms: 2000\n      circuit_breaker: {failure_threshold: 0}\n"
+        )
     );
     let mut fds = [0; 2];
     // SAFETY: fds has room for the two descriptors pipe(2) returns.

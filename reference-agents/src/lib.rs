@@ -54,6 +54,7 @@
 //! `delay`).
 
 pub mod a2a;
+pub mod approvals;
 pub mod auth;
 pub mod guardrail;
 pub mod jsonrpc;

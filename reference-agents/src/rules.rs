@@ -5,7 +5,8 @@
 //! | field | meaning |
 //! |---|---|
 //! | `name` | shown in metadata `mcp.rule` and in denials (default `rules[i]`) |
-//! | `effect` | `allow` or `deny` (required) |
+//! | `effect` | `allow`, `deny` or `approve` (required): `approve` lets the call through only with a person's grant ([`crate::approvals`]) |
+//! | `approval` | with `approve` only, and required there: who may approve, how long a request waits, which grants ([`crate::approvals::ApprovalRule`]) |
 //! | `methods` | method names or globs (default `["tools/call"]`; for the A2A policies `["SendMessage", "SendStreamingMessage"]`) |
 //! | `tools` | tool names, prompt names or resource URIs, or globs; unset = any. A rule with `tools` never matches a method without a target (`tools/list`) |
 //! | `skills` | the same field under the name the A2A policies use: agent skill ids, or globs |
@@ -22,9 +23,10 @@
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use serde::Deserialize;
 
+use crate::approvals::ApprovalRule;
 use policy_agents::{Metadata, ParamError};
 
-/// `allow` or `deny`.
+/// `allow`, `deny` or `approve`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Effect {
@@ -32,6 +34,8 @@ pub enum Effect {
     Allow,
     /// Refuse it.
     Deny,
+    /// Let it through only with a person's grant (the rule's `approval`).
+    Approve,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -60,6 +64,7 @@ struct RuleSpec {
     tools: Option<Vec<String>>,
     #[serde(default)]
     when: CallerSpec,
+    approval: Option<serde_json::Value>,
 }
 
 /// One compiled rule.
@@ -70,6 +75,7 @@ pub struct Rule {
     methods: GlobSet,
     tools: Option<GlobSet>,
     when: CallerSpec,
+    approval: Option<ApprovalRule>,
 }
 
 /// The rules of a route, in order.
@@ -114,12 +120,35 @@ impl Caller {
 }
 
 /// A decision and the rule that made it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Decision<'r> {
-    /// Allowed or not.
+    /// Allowed or not (an `approve` rule: not without a grant).
     pub allowed: bool,
     /// The matching rule's name, or `default_deny`.
     pub rule: &'r str,
+    /// The matching `approve` rule's approval terms.
+    pub approval: Option<&'r ApprovalRule>,
+}
+
+/// What an `approve` decision needs: its rule's name and approval terms.
+#[derive(Debug, Clone, Copy)]
+pub struct ApprovalNeed<'r> {
+    /// The rule's name.
+    pub rule: &'r str,
+    /// Its `approval`.
+    pub terms: &'r ApprovalRule,
+}
+
+impl<'r> Decision<'r> {
+    /// Allowed, or allowed with a person's grant: what listings show.
+    pub fn callable(&self) -> bool {
+        self.allowed || self.approval.is_some()
+    }
+
+    /// The approval this decision needs, when an `approve` rule made it.
+    pub fn approval_need(&self) -> Option<ApprovalNeed<'r>> {
+        self.approval.map(|terms| ApprovalNeed { rule: self.rule, terms })
+    }
 }
 
 /// The rule name used when no rule matched.
@@ -183,7 +212,26 @@ impl Rules {
                 Some(t) => Some(globs(param, "tools", t)?),
                 None => None,
             };
+            let approval = match (spec.effect, spec.approval) {
+                (Effect::Approve, Some(a)) => Some(ApprovalRule::parse(param, &name, a)?),
+                (Effect::Approve, None) => {
+                    return Err(ParamError::invalid(
+                        param,
+                        &name,
+                        "effect approve needs `approval` (at least its approvers)",
+                    ))
+                }
+                (_, Some(_)) => {
+                    return Err(ParamError::invalid(
+                        param,
+                        &name,
+                        "`approval` is only for effect approve",
+                    ))
+                }
+                (_, None) => None,
+            };
             rules.push(Rule {
+                approval,
                 name,
                 effect: spec.effect,
                 methods: globs(param, "methods", &methods)?,
@@ -222,11 +270,13 @@ impl Rules {
             return Decision {
                 allowed: rule.effect == Effect::Allow,
                 rule: &rule.name,
+                approval: rule.approval.as_ref(),
             };
         }
         Decision {
             allowed: false,
             rule: DEFAULT_DENY,
+            approval: None,
         }
     }
 }
@@ -254,7 +304,7 @@ impl Rules {
                 scopes: rule.when.scopes.clone(),
                 ..caller.clone()
             };
-            if rule.effect == Effect::Allow && !rule.when.scopes.is_empty() && rule.when.matches(&with_scopes) {
+            if rule.effect != Effect::Deny && !rule.when.scopes.is_empty() && rule.when.matches(&with_scopes) {
                 return Some(&rule.when.scopes);
             }
         }

@@ -52,14 +52,17 @@ pub struct McpServer {
 }
 
 impl McpServer {
-    /// Starts it in `dir` (log `mcp-server.log`) and waits for its port.
+    /// Starts it in `dir` (log `mcp-server.log`; the tool calls it runs,
+    /// one JSON line each, in `mcp-calls.jsonl`) and waits for its port.
     pub fn start(dir: &Path) -> Self {
         let port_file = dir.join("mcp.port");
         let log = dir.join("mcp-server.log");
         let mut cmd = Command::new(python());
         cmd.arg(root().join("tests/mcp/server.py"))
             .arg("--port-file")
-            .arg(&port_file);
+            .arg(&port_file)
+            .arg("--record")
+            .arg(dir.join("mcp-calls.jsonl"));
         let proc = Proc::spawn("mcp-server", &mut cmd, &log);
         let port = super::port_from_file(&port_file, Duration::from_secs(30), "MCP server", &log);
         Self { proc, port }

@@ -104,7 +104,7 @@ impl Hop {
 /// The framed `CallFrame` of call `id`: `policy` on the request of `headers`.
 fn encode_call(id: u64, policy: &Bytes, headers: HttpHeaders) -> Bytes {
     let ctx = request_ctx(headers, &HashMap::new());
-    let mut call = wire::request_call(&ctx.request_id, std::iter::once(policy), &ctx, &Metadata::new());
+    let mut call = wire::request_call(&ctx.request_id, std::iter::once(policy), &ctx, &Metadata::new(), &[]);
     call.deadline_ms = DEADLINE_MS;
     mux::encode_frame(id, &AgentCall::Request(call), None)
 }

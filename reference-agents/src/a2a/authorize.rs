@@ -20,13 +20,16 @@
 //! Metadata: `a2a.method`, `a2a.binding` (`jsonrpc`/`rest`), `a2a.skill`,
 //! `a2a.task_id`, `a2a.decision`, `a2a.rule`.
 
+use std::sync::Arc;
+
 use serde_json::json;
 
 use super::call::{text_field, Binding, Call, Op};
 use super::errors::{self, Kind, Refusal};
 use super::{denial, metadata_text, unknown_fields, SEND_METHODS};
+use crate::approvals::{Approvals, Check};
 use crate::param_cache::ParamCache;
-use crate::rules::{Caller, Rules};
+use crate::rules::{ApprovalNeed, Caller, Rules};
 use crate::tool::{deny::config_error, Style};
 use policy_agents::{describe, ParamError, Params, Policy, PolicyError, RequestContext, RequestOutcome};
 
@@ -38,6 +41,7 @@ const KEYS: &[&str] = &[
     "denial",
     "jsonrpc_error_code",
     "unknown_fields",
+    "approval_page",
 ];
 
 /// The rule name of the public card.
@@ -86,12 +90,25 @@ pub(super) fn named_skill<'c>(call: &'c Call, key: &str) -> Option<&'c str> {
 /// The `a2aAuthorization` policy.
 pub struct A2aAuthorization {
     cache: ParamCache<AuthzParams>,
+    approvals: Option<Arc<Approvals>>,
 }
 
 impl Default for A2aAuthorization {
     fn default() -> Self {
         A2aAuthorization {
             cache: ParamCache::new(KEYS),
+            approvals: None,
+        }
+    }
+}
+
+impl A2aAuthorization {
+    /// A policy whose `approve` rules ask `approvals` (without: sends they
+    /// govern fail, closed).
+    pub fn with_approvals(approvals: Arc<Approvals>) -> Self {
+        A2aAuthorization {
+            cache: ParamCache::new(KEYS),
+            approvals: Some(approvals),
         }
     }
 }
@@ -129,23 +146,31 @@ pub(super) fn unreadable(u: &super::call::Unreadable, style: Style, code: i64) -
 }
 
 impl A2aAuthorization {
-    /// Decides a readable call: allowed, the rule, and the skill.
-    fn decide<'c>(&self, cfg: &'c AuthzParams, call: &'c Call, caller: &Caller) -> (bool, &'c str, Option<&'c str>) {
+    /// Decides a readable call: allowed, the rule, the skill, and the
+    /// approval an `approve` rule needs (sends only).
+    fn decide<'c>(
+        &self,
+        cfg: &'c AuthzParams,
+        call: &'c Call,
+        caller: &Caller,
+    ) -> (bool, &'c str, Option<&'c str>, Option<ApprovalNeed<'c>>) {
         match call.op {
-            Some(Op::GetAgentCard) => (true, ALWAYS_ALLOWED, None),
+            Some(Op::GetAgentCard) => (true, ALWAYS_ALLOWED, None, None),
             Some(op) if op.sends() => {
                 let named = named_skill(call, &cfg.skill_key);
                 let skill = match (cfg.skill.as_deref(), named) {
-                    (Some(fixed), Some(n)) if n != fixed => return (false, "skill_mismatch", Some(n)),
+                    (Some(fixed), Some(n)) if n != fixed => return (false, "skill_mismatch", Some(n), None),
                     (Some(fixed), _) => Some(fixed),
                     (None, n) => n,
                 };
                 let d = cfg.rules.decide(op.name(), skill, caller);
-                (d.allowed, d.rule, skill)
+                (d.allowed, d.rule, skill, d.approval_need())
             }
             _ => {
+                // Only sends carry what an approval binds: elsewhere an
+                // `approve` rule refuses.
                 let d = cfg.rules.decide(&call.method, None, caller);
-                (d.allowed, d.rule, None)
+                (d.allowed, d.rule, None, None)
             }
         }
     }
@@ -165,9 +190,26 @@ impl Policy for A2aAuthorization {
             Err(u) => return Ok(unreadable(&u, cfg.style, cfg.code)),
         };
         let caller = Caller::from_metadata(ctx.metadata);
-        let (allowed, rule, skill) = self.decide(&cfg, &call, &caller);
+        let (mut allowed, rule, skill, need) = self.decide(&cfg, &call, &caller);
+        let mut approval: Option<(Check, String)> = None;
+        if let Some(need) = need {
+            let target = skill.unwrap_or("-");
+            let check = super::approve::check(self.approvals.as_deref(), &need, &caller, ctx, &call, target).await?;
+            let page = crate::approvals::page_url(params, ctx);
+            allowed = matches!(check, Check::Granted { .. });
+            approval = Some((check, page));
+        }
+        let approval_refusal = approval
+            .as_ref()
+            .and_then(|(check, page)| super::approve::refusal(check, rule, skill.unwrap_or("-"), page));
         let out = if allowed {
             RequestOutcome::proceed()
+        } else if let Some((r, status)) = &approval_refusal {
+            let mut d = errors::render(&call.binding, cfg.style, cfg.code, r);
+            if let Some(s) = status {
+                d.status = *s;
+            }
+            RequestOutcome::denied_with(d)
         } else {
             let what = match skill {
                 Some(s) => format!("skill {s}"),
@@ -190,8 +232,26 @@ impl Policy for A2aAuthorization {
             .set_metadata("a2a.method", metadata_text(&call.method))
             .set_metadata("a2a.binding", binding_name(&call.binding))
             .set_metadata("a2a.skill", skill.map_or_else(|| "-".to_string(), metadata_text))
-            .set_metadata("a2a.decision", if allowed { "allow" } else { "deny" })
+            .set_metadata(
+                "a2a.decision",
+                match (allowed, &approval) {
+                    (true, _) => "allow",
+                    (false, Some((Check::Pending { .. }, _))) => "approve",
+                    (false, _) => "deny",
+                },
+            )
             .set_metadata("a2a.rule", rule.to_string());
+        match &approval {
+            Some((Check::Granted { approval, grant, .. }, _)) => {
+                out = out
+                    .set_metadata("approval.id", approval.clone())
+                    .set_metadata("approval.grant", grant.as_str());
+            }
+            Some((Check::Pending { id, .. } | Check::Denied { id, .. }, _)) => {
+                out = out.set_metadata("approval.id", id.clone());
+            }
+            _ => {}
+        }
         if let Some(t) = call.tasks().first() {
             out = out.set_metadata("a2a.task_id", metadata_text(t));
         }

@@ -117,7 +117,7 @@ fn apply(cfg: &CardParams, caller: &Caller, card: &mut Value) -> Changes {
             };
             SEND_METHODS
                 .iter()
-                .any(|m| cfg.rules.decide(m, Some(id), caller).allowed)
+                .any(|m| cfg.rules.decide(m, Some(id), caller).callable())
         });
         c.shown = skills.len();
         c.hidden = before - skills.len();

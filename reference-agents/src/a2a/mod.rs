@@ -31,6 +31,7 @@
 //! replies), `card`, `urls`, [`parts`]. The rule engine, JSON-RPC parsing,
 //! SSE events and the session store are the crate's shared layers.
 
+mod approve;
 mod authorize;
 pub mod call;
 mod card;

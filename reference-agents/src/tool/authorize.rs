@@ -23,15 +23,26 @@
 //! challenge, so a client can ask for them), and `resource_metadata="..."`
 //! when that param is set.
 
+use std::sync::Arc;
+
+use super::approve::{self, UrlElicitation};
 use super::deny::{self, config_error, Incoming, Refusal, Style};
+use crate::approvals::{Approvals, Check};
 use crate::auth::bearer_challenge;
 use crate::jsonrpc::{classify, Envelope, Kind, MethodClass, DENIED};
 use crate::param_cache::ParamCache;
-use crate::rules::{strip_prefix, Caller, Rules};
+use crate::rules::{strip_prefix, ApprovalNeed, Caller, Rules};
 use policy_agents::{describe, Params, Policy, PolicyError, RequestContext, RequestOutcome};
 
 const NAME: &str = "mcpToolAuthorization";
-const KEYS: &[&str] = &["rules", "denial", "tool_prefix_separator", "resource_metadata"];
+const KEYS: &[&str] = &[
+    "rules",
+    "denial",
+    "tool_prefix_separator",
+    "resource_metadata",
+    "approval_page",
+    "url_elicitation",
+];
 
 /// The rule name of always-allowed messages.
 pub const ALWAYS_ALLOWED: &str = "always_allowed";
@@ -47,6 +58,8 @@ pub struct AuthzConfig {
     pub prefix_separator: Option<String>,
     /// Named in the 403's challenge (RFC 9728), if set.
     pub resource_metadata: Option<String>,
+    /// Whether calls waiting for approval are answered `-32042`.
+    pub url_elicitation: UrlElicitation,
 }
 
 impl AuthzConfig {
@@ -58,6 +71,7 @@ impl AuthzConfig {
             denial: Style::parse(p, "denial")?,
             prefix_separator: prefix_separator(p),
             resource_metadata: crate::auth::public_url("resource_metadata", p)?,
+            url_elicitation: UrlElicitation::parse(p)?,
         })
     }
 }
@@ -97,20 +111,55 @@ fn challenge(cfg: &AuthzConfig, needed: &[String]) -> String {
     )
 }
 
-/// The decision on one message: allowed, and by which rule.
-fn decide<'r>(cfg: &'r AuthzConfig, caller: &Caller, method: &str, target: Option<&str>) -> (bool, &'r str) {
+/// The decision on one message: allowed, by which rule, and the approval
+/// an `approve` rule needs.
+fn decide<'r>(
+    cfg: &'r AuthzConfig,
+    caller: &Caller,
+    method: &str,
+    target: Option<&str>,
+) -> (bool, &'r str, Option<ApprovalNeed<'r>>) {
     match classify(method) {
-        MethodClass::Open => (true, ALWAYS_ALLOWED),
+        MethodClass::Open => (true, ALWAYS_ALLOWED, None),
         MethodClass::Targeted(_) => {
             let t = target.map(|t| strip_prefix(t, cfg.prefix_separator.as_deref()));
             let d = cfg.rules.decide(method, t, caller);
-            (d.allowed, d.rule)
+            (d.allowed, d.rule, d.approval_need())
         }
         MethodClass::Plain => {
             let d = cfg.rules.decide(method, None, caller);
-            (d.allowed, d.rule)
+            (d.allowed, d.rule, d.approval_need())
         }
     }
+}
+
+/// The approval need of message `m`, and the target it binds (the
+/// stripped tool name, or the method when there is none).
+fn need_of<'r>(
+    cfg: &'r AuthzConfig,
+    caller: &Caller,
+    m: &crate::jsonrpc::Message,
+) -> Option<(ApprovalNeed<'r>, String)> {
+    let method = m.method.as_deref()?;
+    if m.kind != Kind::Request {
+        return None;
+    }
+    let target = m.target().ok().flatten();
+    let (_, _, need) = decide(cfg, caller, method, target);
+    let t = target.map_or(method, |t| strip_prefix(t, cfg.prefix_separator.as_deref()));
+    need.map(|n| (n, t.to_string()))
+}
+
+/// What the approvals said of the body's messages, by index, and where to
+/// send the people who decide.
+#[derive(Debug, Default)]
+pub struct Approved<'a> {
+    /// One entry per message: the check of those an `approve` rule governs.
+    pub checks: Vec<Option<Check>>,
+    /// The approval page's URL.
+    pub page: String,
+    /// The request body (for a constrained grant's rewrite).
+    pub body: Option<&'a [u8]>,
 }
 
 /// Joins up to 512 bytes of names for a batch's metadata.
@@ -132,20 +181,62 @@ fn joined<'a>(names: impl Iterator<Item = &'a str>) -> String {
     }
 }
 
-/// Decides a whole body: the outcome and its metadata.
+/// Decides a whole body: the outcome and its metadata. Calls that an
+/// `approve` rule governs are refused (no approvals were consulted): see
+/// [`authorize_approved`].
 pub fn authorize(cfg: &AuthzConfig, caller: &Caller, env: &Envelope) -> RequestOutcome {
+    authorize_approved(cfg, caller, env, &Approved::default())
+}
+
+/// [`authorize`], with what the approvals said of the messages that
+/// `approve` rules govern.
+pub fn authorize_approved(
+    cfg: &AuthzConfig,
+    caller: &Caller,
+    env: &Envelope,
+    approved: &Approved<'_>,
+) -> RequestOutcome {
     let mut refusals = Vec::new();
     let mut needed: Vec<String> = Vec::new();
     let mut first_rule: Option<&str> = None;
+    // Refusals of the approvals' own (answered 200, or 429), and grants.
+    let mut approval_status: Option<u16> = None;
+    let mut plain_refusal = false;
+    let mut granted: Vec<(usize, &Check)> = Vec::new();
     for (i, m) in env.messages.iter().enumerate() {
-        let (allowed, rule) = match (m.kind, m.method.as_deref()) {
-            (Kind::Response, _) | (_, None) => (true, ALWAYS_ALLOWED),
+        let (mut allowed, rule, need) = match (m.kind, m.method.as_deref()) {
+            (Kind::Response, _) | (_, None) => (true, ALWAYS_ALLOWED, None),
             (_, Some(method)) => decide(cfg, caller, method, m.target().ok().flatten()),
         };
         if rule != ALWAYS_ALLOWED && first_rule.is_none() {
             first_rule = Some(rule);
         }
+        if need.is_some() && m.kind == Kind::Request {
+            let what = m
+                .target()
+                .ok()
+                .flatten()
+                .map_or(m.method.as_deref().unwrap_or("-"), |t| {
+                    strip_prefix(t, cfg.prefix_separator.as_deref())
+                });
+            match approved.checks.get(i).and_then(Option::as_ref) {
+                Some(check @ Check::Granted { .. }) => {
+                    granted.push((i, check));
+                    allowed = true;
+                }
+                Some(check) => {
+                    let ui = cfg.url_elicitation;
+                    if let Some((r, status)) = approve::refusal(i, m, check, rule, what, &approved.page, ui) {
+                        approval_status = Some(approval_status.map_or(status, |s| s.max(status)));
+                        refusals.push(r);
+                        continue;
+                    }
+                }
+                None => {}
+            }
+        }
         if !allowed {
+            plain_refusal = true;
             if let Some(method) = m.method.as_deref() {
                 for s in scopes_needed(cfg, caller, method, m.target().ok().flatten()).unwrap_or_default() {
                     if !needed.contains(s) {
@@ -172,13 +263,55 @@ pub fn authorize(cfg: &AuthzConfig, caller: &Caller, env: &Envelope) -> RequestO
             joined(env.messages.iter().filter_map(|m| m.target().ok().flatten())),
         ),
     };
+    refusals.sort_by_key(|r| r.index);
     let rule = match refusals.first() {
         Some(r) => r.data["rule"].as_str().unwrap_or("-").to_string(),
         None => first_rule.unwrap_or(ALWAYS_ALLOWED).to_string(),
     };
-    let decision = if refusals.is_empty() { "allow" } else { "deny" };
-    let out = if refusals.is_empty() {
-        RequestOutcome::proceed()
+    let approval_reason = refusals
+        .first()
+        .and_then(|r| r.data.get("reason"))
+        .and_then(|r| r.as_str())
+        .filter(|r| r.starts_with("approval_"));
+    let decision = match (refusals.is_empty(), approval_reason) {
+        (true, _) => "allow",
+        (false, Some("approval_required")) => "approve",
+        (false, _) => "deny",
+    };
+    let mut out = if refusals.is_empty() {
+        let mut out = RequestOutcome::proceed();
+        for (i, check) in &granted {
+            if let Check::Granted { args: Some(args), .. } = check {
+                match approved.body.and_then(|b| approve::rewrite(b, env.batch, *i, args)) {
+                    Some(body) => out = out.set_body(body),
+                    None => {
+                        return RequestOutcome::denied_with(deny::render(
+                            Style::JsonRpcError,
+                            None,
+                            env,
+                            &[Refusal {
+                                index: *i,
+                                code: DENIED,
+                                message: "the call could not be put in its approved form".into(),
+                                data: serde_json::json!({"reason": "approval_rewrite_failed", "rule": rule}),
+                            }],
+                            "approval_rewrite_failed",
+                        ))
+                    }
+                }
+            }
+        }
+        out
+    } else if let (Some(status), false) = (approval_status, plain_refusal) {
+        let mut d = deny::render(
+            Style::JsonRpcError,
+            None,
+            env,
+            &refusals,
+            approval_reason.unwrap_or("approval_required"),
+        );
+        d.status = status;
+        RequestOutcome::denied_with(d)
     } else {
         let challenge = challenge(cfg, &needed);
         RequestOutcome::denied_with(deny::render(
@@ -189,6 +322,17 @@ pub fn authorize(cfg: &AuthzConfig, caller: &Caller, env: &Envelope) -> RequestO
             "tool_denied",
         ))
     };
+    if let Some((_, Check::Granted { approval, grant, .. })) = granted.first() {
+        out = out
+            .set_metadata("approval.id", approval.clone())
+            .set_metadata("approval.grant", grant.as_str());
+    } else if let Some(id) = refusals
+        .first()
+        .and_then(|r| r.data.get("approval_id"))
+        .and_then(|v| v.as_str())
+    {
+        out = out.set_metadata("approval.id", id.to_string());
+    }
     let out = out
         .set_metadata("mcp.method", method)
         .set_metadata("mcp.tool", super::metadata_text(&tool))
@@ -208,6 +352,7 @@ pub fn authorize(cfg: &AuthzConfig, caller: &Caller, env: &Envelope) -> RequestO
 #[derive(Debug)]
 pub struct McpToolAuthorization {
     cache: ParamCache<AuthzConfig>,
+    approvals: Option<Arc<Approvals>>,
 }
 
 impl Default for McpToolAuthorization {
@@ -221,6 +366,16 @@ impl McpToolAuthorization {
     pub fn new() -> Self {
         McpToolAuthorization {
             cache: ParamCache::new(KEYS),
+            approvals: None,
+        }
+    }
+
+    /// A policy whose `approve` rules ask `approvals` (without: calls they
+    /// govern fail, closed).
+    pub fn with_approvals(approvals: Arc<Approvals>) -> Self {
+        McpToolAuthorization {
+            cache: ParamCache::new(KEYS),
+            approvals: Some(approvals),
         }
     }
 }
@@ -251,7 +406,22 @@ impl Policy for McpToolAuthorization {
             }
             Incoming::Messages(env) => env,
         };
-        Ok(authorize(&cfg, &Caller::from_metadata(ctx.metadata), &env))
+        let caller = Caller::from_metadata(ctx.metadata);
+        let mut approved = Approved::default();
+        for m in &env.messages {
+            let check = match need_of(&cfg, &caller, m) {
+                Some((need, target)) => {
+                    Some(approve::check(self.approvals.as_deref(), &need, &caller, ctx, m, &target).await?)
+                }
+                None => None,
+            };
+            approved.checks.push(check);
+        }
+        if approved.checks.iter().any(Option::is_some) {
+            approved.page = crate::approvals::page_url(params, ctx);
+            approved.body = ctx.request.body();
+        }
+        Ok(authorize_approved(&cfg, &caller, &env, &approved))
     }
 }
 

@@ -43,7 +43,7 @@ pub fn filter_message(cfg: &AuthzConfig, caller: &Caller, msg: &mut Value) -> (u
     tools.retain(|t| {
         t.get("name").and_then(Value::as_str).is_some_and(|name| {
             let name = strip_prefix(name, cfg.prefix_separator.as_deref());
-            cfg.rules.decide("tools/call", Some(name), caller).allowed
+            cfg.rules.decide("tools/call", Some(name), caller).callable()
         })
     });
     (tools.len(), before - tools.len())

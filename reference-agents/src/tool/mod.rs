@@ -32,6 +32,7 @@
 //! [`jsonrpc`](crate::jsonrpc) (parsing), [`rules`](crate::rules),
 //! [`param_cache`](crate::param_cache) (parsed params).
 
+mod approve;
 mod args;
 mod authorize;
 pub(crate) mod deny;
@@ -54,8 +55,9 @@ pub(crate) fn metadata_text(name: &str) -> String {
         .collect()
 }
 
+pub use approve::{UrlElicitation, URL_ELICITATION_REQUIRED};
 pub use args::{check_call, GuardConfig, ToolArgumentGuard, Violation};
-pub use authorize::{authorize, AuthzConfig, McpToolAuthorization, ALWAYS_ALLOWED};
+pub use authorize::{authorize, authorize_approved, Approved, AuthzConfig, McpToolAuthorization, ALWAYS_ALLOWED};
 pub use deny::{Refusal, Style, INSUFFICIENT_SCOPE};
 pub use filter::{filter_message, McpToolFilter};
 pub use reply::Format;

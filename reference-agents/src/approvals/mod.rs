@@ -1,0 +1,225 @@
+//! Approvals: a person in the loop for risky calls.
+//!
+//! A rule with effect `approve` ([`crate::rules`]) lets a call through only
+//! with a grant. The first such call becomes a pending request bound to the
+//! exact call ([`binding`]: principal, route and version, endpoint, method,
+//! target, canonical-argument digest, session); an approver decides it
+//! through the approvals API ([`api`], the `approvals` policy, on a route of
+//! its own behind Envoy, so the route's auth policies name the approver);
+//! the grant they give ([`store`]) then lets the same call through when it
+//! is retried: once, for the session, always (until revoked or its cap), or
+//! only in a constrained form ([`constraints`]). `deny` refuses the call
+//! with the approver's reason until the request would have expired.
+//!
+//! The state is this agent's, in memory ([`Approvals`]): the policies that
+//! ask (`mcpToolAuthorization`, `a2aAuthorization`) and the API that decides
+//! must run in the same agent. Every change is written to the hash-chained
+//! journal (`--approvals-journal`) when one is set, and counted in the
+//! Prometheus series of [`metrics`].
+
+pub mod api;
+pub mod binding;
+pub mod constraints;
+pub mod metrics;
+mod preview;
+mod rule;
+pub mod store;
+
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+
+pub use binding::CallBinding;
+pub use constraints::Constraints;
+pub use preview::preview;
+pub use rule::{ApprovalRule, Approvers, GrantKind};
+pub use store::{Check, DecideBody, Event, Filter, Limits, Refused};
+
+use crate::guardrail::Journal;
+use crate::rules::Caller;
+use policy_agents::PolicyError;
+use store::{Effects, Store};
+
+/// Pending approvals and grants, shared by the policies of one agent.
+pub struct Approvals {
+    store: Mutex<Store>,
+    journal: OnceLock<Journal>,
+}
+
+impl std::fmt::Debug for Approvals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Approvals").finish_non_exhaustive()
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// A fresh request id: 128 random bits, hex.
+fn new_id() -> String {
+    let mut b = [0u8; 16];
+    if getrandom::fill(&mut b).is_err() {
+        // No OS randomness: fall back on a hash of the time and a counter
+        // (ids must not repeat; they are not the only check on a decision).
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let d = binding::digest(&serde_json::json!([now_ms(), n, std::process::id()]));
+        return d[..32].to_string();
+    }
+    hex::encode(b)
+}
+
+impl Approvals {
+    /// An empty store in memory with `limits`.
+    pub fn memory(limits: Limits) -> Arc<Approvals> {
+        Arc::new(Approvals {
+            store: Mutex::new(Store::new(limits)),
+            journal: OnceLock::new(),
+        })
+    }
+
+    /// Records every change in `journal` from now on (once).
+    pub fn set_journal(&self, journal: Journal) {
+        let _ = self.journal.set(journal);
+    }
+
+    /// Forces the journal's lines to disk.
+    pub async fn sync_journal(&self) -> Result<(), PolicyError> {
+        match self.journal.get() {
+            Some(j) => j
+                .sync()
+                .await
+                .map_err(|e| PolicyError::new(format!("approvals journal: {e}"))),
+            None => Ok(()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Store> {
+        self.store.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    async fn finish(&self, fx: Effects) -> Result<(), PolicyError> {
+        metrics::expired(fx.expired);
+        if let Some((grant, waited_ms)) = fx.decided {
+            metrics::decided(grant, waited_ms);
+        }
+        metrics::pending(self.lock().pending());
+        if let Some(j) = self.journal.get() {
+            for r in fx.records {
+                j.append(r)
+                    .await
+                    .map_err(|e| PolicyError::new(format!("approvals journal: {e}")))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Decides a call governed by `approve` rule `rule` with `terms`:
+    /// granted, pending (created on first sight), denied or limited. The
+    /// journal records each request and each release; when it cannot be
+    /// written the call fails (closed).
+    pub async fn check(
+        &self,
+        binding: CallBinding,
+        args: &Value,
+        rule: &str,
+        terms: &ApprovalRule,
+    ) -> Result<Check, PolicyError> {
+        let mut fx = Effects::default();
+        let shown = preview(args);
+        let check = self
+            .lock()
+            .check(binding, args, shown, rule, terms, new_id, now_ms(), &mut fx);
+        metrics::checked(&check);
+        self.finish(fx).await?;
+        Ok(check)
+    }
+
+    /// Request `id` as `viewer` may see it, with its ETag.
+    pub async fn get(&self, id: &str, viewer: &Caller) -> Result<(Value, String), Refused> {
+        let mut fx = Effects::default();
+        let out = self
+            .lock()
+            .get(id, viewer, now_ms(), &mut fx)
+            .map(|a| (a.to_json(), a.etag()));
+        self.finish(fx).await.map_err(journal_refusal)?;
+        out
+    }
+
+    /// The requests `viewer` may see, and the newest event id.
+    pub async fn list(&self, viewer: &Caller, filter: &Filter<'_>) -> Result<(Vec<Value>, u64), Refused> {
+        let mut fx = Effects::default();
+        let out = {
+            let mut s = self.lock();
+            (s.list(viewer, filter, now_ms(), &mut fx), s.last_event_id())
+        };
+        self.finish(fx).await.map_err(journal_refusal)?;
+        Ok(out)
+    }
+
+    /// An approver's decision.
+    pub async fn decide(
+        &self,
+        id: &str,
+        approver: &Caller,
+        body: DecideBody,
+        if_match: Option<&str>,
+    ) -> Result<Value, Refused> {
+        let mut fx = Effects::default();
+        let out = self.lock().decide(id, approver, body, if_match, now_ms(), &mut fx);
+        self.finish(fx).await.map_err(journal_refusal)?;
+        out
+    }
+
+    /// Revokes approval `id`'s standing grant.
+    pub async fn revoke(&self, id: &str, by: &Caller) -> Result<Value, Refused> {
+        let mut fx = Effects::default();
+        let out = self.lock().revoke(id, by, now_ms(), &mut fx);
+        self.finish(fx).await.map_err(journal_refusal)?;
+        out
+    }
+
+    /// The events after `after` that `viewer` may see; `None` when some
+    /// were dropped since (reload the list).
+    pub async fn events_after(&self, after: u64, viewer: &Caller) -> Result<Option<Vec<Event>>, Refused> {
+        let mut fx = Effects::default();
+        let out = {
+            let mut s = self.lock();
+            s.sweep(now_ms(), &mut fx);
+            s.events_after(after)
+        };
+        self.finish(fx).await.map_err(journal_refusal)?;
+        Ok(out.map(|evs| evs.into_iter().filter(|e| e.visible_to(viewer)).collect()))
+    }
+}
+
+/// The approval page of a route's policy: param `approval_page`, or
+/// `{scheme}://{authority}/approvals/page` of the request.
+pub fn page_url(p: &policy_agents::Params, ctx: &policy_agents::RequestContext<'_>) -> String {
+    match p.get("approval_page").map(str::trim).filter(|s| !s.is_empty()) {
+        Some(u) => u.to_string(),
+        None => {
+            let scheme = match ctx.request.scheme() {
+                "" => "http",
+                s => s,
+            };
+            format!("{scheme}://{}/approvals/page", ctx.request.authority())
+        }
+    }
+}
+
+fn journal_refusal(e: PolicyError) -> Refused {
+    Refused {
+        status: 500,
+        reason: "journal_unavailable",
+        message: e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests;
