@@ -7,7 +7,8 @@
 //!   calls, and the call stream for agents that serve it), peer identity,
 //!   discovery and health checks.
 //! - [`snapshot`] — the immutable, atomically swapped view the request path
-//!   reads: routes compiled against discovered agents.
+//!   reads: routes compiled against discovered agents, each with a version
+//!   (a digest of its configuration) that agents get as `route.version`.
 //! - [`kernel`] — the `ArcSwap<Snapshot>` and what keeps it current.
 //! - [`plan`] — two-stage validation and grouping of chains into agent calls.
 //! - [`chain`] — running a plan, with context propagation and failure handling.

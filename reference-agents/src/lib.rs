@@ -24,12 +24,16 @@
 //! * [`planner`]: `planCritic`, `planCriticStream`, `untrustedInput`
 //!   (`planner-agent`): planned tool calls of completions, checked with the
 //!   tool agent's rules and argument guards; untrusted prompt text fenced off.
+//! * [`approvals`]: `approvals` (`tool-agent`, `planner-agent`): the API and
+//!   page where people decide the calls that `approve` rules hold, and the
+//!   pending requests and grants those rules check (bound to the exact call).
 //!
 //! The layers they share, one copy each:
 //!
 //! * [`rules`]: the rule engine (ordered rules, first match wins, default
 //!   deny, on methods, targets and the caller that the auth policies
-//!   recorded): MCP tools, planned tool calls.
+//!   recorded; effects `allow`, `deny`, `approve`): MCP tools, A2A skills,
+//!   planned tool calls.
 //! * [`jsonrpc`]: JSON-RPC 2.0 bodies (one message or a batch), parsed
 //!   strictly.
 //! * [`normalize`]: folding text to the plain form detectors read

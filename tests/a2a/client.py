@@ -25,7 +25,10 @@ stream; a message's skill goes in its metadata {"skill": ...}):
 A state is the short lowercase name ("completed", "working", ...). A failed
 step prints {"step", "error": str(e), "error_type": exception class,
 "code": HTTP status if the step got an HTTP error, else the JSON-RPC error
-code if known, "http_status" when known}; the run goes on.
+code if known, "http_status" when known}; the run goes on. A step with
+"wire": true adds to its error line "wire": {"status": HTTP status, "body":
+the JSON body, or its text} of the last HTTP response the SDK received (what
+the SDK's error leaves out, e.g. an ErrorInfo's metadata).
 """
 
 import argparse
@@ -108,6 +111,31 @@ def error_line(step: str, e: BaseException) -> dict:
     if http_status is not None:
         line["http_status"] = http_status
     return line
+
+
+class LastResponse:
+    """The last HTTP response the SDK received (an httpx response hook; the
+    body is not read here, so streams are not held back)."""
+
+    def __init__(self):
+        self.response = None
+
+    async def hook(self, response: httpx.Response) -> None:
+        self.response = response
+
+    def wire(self) -> dict | None:
+        r = self.response
+        if r is None:
+            return None
+        try:
+            text = r.content.decode("utf-8", "replace")
+        except httpx.ResponseNotRead:
+            return {"status": r.status_code, "body": None}
+        try:
+            body = json.loads(text)
+        except ValueError:
+            body = text
+        return {"status": r.status_code, "body": body}
 
 
 class Runner:
@@ -237,14 +265,18 @@ async def main() -> None:
     parser.add_argument("--binding", choices=sorted(BINDINGS), default="jsonrpc")
     parser.add_argument("--v03", action="store_true", help="use only the card's protocol 0.3 interfaces")
     args = parser.parse_args()
-    http = httpx.AsyncClient(headers=json.loads(args.headers), timeout=30)
+    last = LastResponse()
+    http = httpx.AsyncClient(headers=json.loads(args.headers), timeout=30, event_hooks={"response": [last.hook]})
     runner = Runner(args.base, http, args.binding, args.v03)
     try:
         for step in json.loads(args.steps):
             try:
                 await runner.run(step)
             except Exception as e:  # every failure is one line, never a crash
-                out(error_line(step.get("op", "?"), e))
+                line = error_line(step.get("op", "?"), e)
+                if step.get("wire"):
+                    line["wire"] = last.wire()
+                out(line)
     finally:
         await http.aclose()
 

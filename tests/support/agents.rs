@@ -171,11 +171,16 @@ impl RefAgent {
 /// An agent's entry in a kernel config (`extra`: more 6-space indented
 /// lines), health checked every 100 ms unless `extra` says otherwise.
 pub fn agent_entry_at(name: &str, socket: &Path, extra: &str) -> String {
-    let health = if extra.contains("health_check_interval_ms:") {
-        ""
-    } else {
-        "      health_check_interval_ms: 100\n"
-    };
+    let mut health = String::new();
+    if !extra.contains("health_check_interval_ms:") {
+        health.push_str("      health_check_interval_ms: 100\n");
+    }
+    // A check may wait up to a second: on a busy 2-core machine the default
+    // 100 ms is missed now and then, and one missed check takes the agent
+    // out (the kernel's 503) for a moment. Tests of health set their own.
+    if !extra.contains("health_check_timeout_ms:") {
+        health.push_str("      health_check_timeout_ms: 1000\n");
+    }
     format!(
         "    - name: {name}\n      socket_path: {}\n{health}{extra}",
         socket.display()

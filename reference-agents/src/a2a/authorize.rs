@@ -195,7 +195,7 @@ impl Policy for A2aAuthorization {
         if let Some(need) = need {
             let target = skill.unwrap_or("-");
             let check = super::approve::check(self.approvals.as_deref(), &need, &caller, ctx, &call, target).await?;
-            let page = crate::approvals::page_url(params, ctx);
+            let page = crate::approvals::page_url(params, &ctx.request);
             allowed = matches!(check, Check::Granted { .. });
             approval = Some((check, page));
         }

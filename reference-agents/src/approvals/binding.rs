@@ -6,6 +6,7 @@
 //! arguments, and the session where there is one. Two calls share an
 //! approval only when all of these are equal.
 
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -19,7 +20,7 @@ pub const ROUTE_NAME: &str = "route.name";
 pub const ROUTE_VERSION: &str = "route.version";
 
 /// The exact call an approval or grant is bound to.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct CallBinding {
     /// `sub:<sub>`, `consumer:<name>` or `anonymous`.
     pub principal: String,

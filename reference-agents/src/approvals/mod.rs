@@ -11,17 +11,21 @@
 //! only in a constrained form ([`constraints`]). `deny` refuses the call
 //! with the approver's reason until the request would have expired.
 //!
-//! The state is this agent's, in memory ([`Approvals`]): the policies that
-//! ask (`mcpToolAuthorization`, `a2aAuthorization`) and the API that decides
-//! must run in the same agent. Every change is written to the hash-chained
-//! journal (`--approvals-journal`) when one is set, and counted in the
-//! Prometheus series of [`metrics`].
+//! The state ([`Approvals`]) is this agent's, in memory
+//! ([`Approvals::memory`]: the policies that ask (`mcpToolAuthorization`,
+//! `a2aAuthorization`) and the API that decides must run in the same
+//! agent), or in Redis ([`Approvals::redis`], [`redis_store`]: shared by
+//! every agent using the server, so any of them may ask and any decide).
+//! Every change is written to the hash-chained journal
+//! (`--approvals-journal`) of the agent that made it, when one is set, and
+//! counted in the Prometheus series of [`metrics`].
 
 pub mod api;
 pub mod binding;
 pub mod constraints;
 pub mod metrics;
 mod preview;
+pub mod redis_store;
 mod rule;
 pub mod store;
 
@@ -39,12 +43,19 @@ pub use store::{Check, DecideBody, Event, Filter, Limits, Refused};
 use crate::guardrail::Journal;
 use crate::rules::Caller;
 use policy_agents::PolicyError;
+use redis_store::{RedisApprovals, StoreError};
 use store::{Effects, Store};
 
-/// Pending approvals and grants, shared by the policies of one agent.
+/// Pending approvals and grants, shared by the policies of one agent (in
+/// memory), or by every agent using one Redis.
 pub struct Approvals {
-    store: Mutex<Store>,
+    backend: Backend,
     journal: OnceLock<Journal>,
+}
+
+enum Backend {
+    Memory(Mutex<Store>),
+    Redis(RedisApprovals),
 }
 
 impl std::fmt::Debug for Approvals {
@@ -78,9 +89,19 @@ impl Approvals {
     /// An empty store in memory with `limits`.
     pub fn memory(limits: Limits) -> Arc<Approvals> {
         Arc::new(Approvals {
-            store: Mutex::new(Store::new(limits)),
+            backend: Backend::Memory(Mutex::new(Store::new(limits))),
             journal: OnceLock::new(),
         })
+    }
+
+    /// The store in Redis (`redis://host:port/db`, `redis+unix:///path.sock`)
+    /// with `limits` on this agent's requests, connected now; later
+    /// failures reconnect on the next call.
+    pub async fn redis(url: &str, limits: Limits) -> Result<Arc<Approvals>, StoreError> {
+        Ok(Arc::new(Approvals {
+            backend: Backend::Redis(RedisApprovals::connect(url, limits).await?),
+            journal: OnceLock::new(),
+        }))
     }
 
     /// Records every change in `journal` from now on (once).
@@ -99,16 +120,21 @@ impl Approvals {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Store> {
-        self.store.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(store: &Mutex<Store>) -> MutexGuard<'_, Store> {
+        store.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Journals and counts what an operation did (in Redis, also what it
+    /// did before it failed).
     async fn finish(&self, fx: Effects) -> Result<(), PolicyError> {
         metrics::expired(fx.expired);
         if let Some((grant, waited_ms)) = fx.decided {
             metrics::decided(grant, waited_ms);
         }
-        metrics::pending(self.lock().pending());
+        metrics::pending(match &self.backend {
+            Backend::Memory(s) => Self::lock(s).pending(),
+            Backend::Redis(r) => r.pending(),
+        });
         if let Some(j) = self.journal.get() {
             for r in fx.records {
                 j.append(r)
@@ -122,7 +148,8 @@ impl Approvals {
     /// Decides a call governed by `approve` rule `rule` with `terms`:
     /// granted, pending (created on first sight), denied or limited. The
     /// journal records each request and each release; when it cannot be
-    /// written the call fails (closed).
+    /// written, or Redis fails, the call fails (closed: in Redis, with a
+    /// 503 `session_store_unavailable` under `on_failure: deny`).
     pub async fn check(
         &self,
         binding: CallBinding,
@@ -131,22 +158,38 @@ impl Approvals {
         terms: &ApprovalRule,
     ) -> Result<Check, PolicyError> {
         let mut fx = Effects::default();
-        let shown = preview(args);
-        let check = self
-            .lock()
-            .check(binding, args, shown, rule, terms, new_id, now_ms(), &mut fx);
+        let now = now_ms();
+        let check = match &self.backend {
+            Backend::Memory(s) => {
+                let mut s = Self::lock(s);
+                Ok(s.check(binding, args, || preview(args), rule, terms, new_id, now, &mut fx))
+            }
+            // One round trip: the request it may create is written whole.
+            Backend::Redis(r) => {
+                r.check(binding, args, preview(args), rule, terms, new_id, now, &mut fx)
+                    .await
+            }
+        };
+        let done = self.finish(fx).await;
+        let check = check.map_err(|e| e.policy_error())?;
         metrics::checked(&check);
-        self.finish(fx).await?;
+        done?;
         Ok(check)
     }
 
     /// Request `id` as `viewer` may see it, with its ETag.
     pub async fn get(&self, id: &str, viewer: &Caller) -> Result<(Value, String), Refused> {
         let mut fx = Effects::default();
-        let out = self
-            .lock()
-            .get(id, viewer, now_ms(), &mut fx)
-            .map(|a| (a.to_json(), a.etag()));
+        let out = match &self.backend {
+            Backend::Memory(s) => {
+                let mut s = Self::lock(s);
+                s.get(id, viewer, now_ms(), &mut fx).map(|a| (a.to_json(), a.etag()))
+            }
+            Backend::Redis(r) => r
+                .get(id, viewer, now_ms(), &mut fx)
+                .await
+                .map(|a| (a.to_json(), a.etag())),
+        };
         self.finish(fx).await.map_err(journal_refusal)?;
         out
     }
@@ -154,12 +197,15 @@ impl Approvals {
     /// The requests `viewer` may see, and the newest event id.
     pub async fn list(&self, viewer: &Caller, filter: &Filter<'_>) -> Result<(Vec<Value>, u64), Refused> {
         let mut fx = Effects::default();
-        let out = {
-            let mut s = self.lock();
-            (s.list(viewer, filter, now_ms(), &mut fx), s.last_event_id())
+        let out = match &self.backend {
+            Backend::Memory(s) => {
+                let mut s = Self::lock(s);
+                Ok((s.list(viewer, filter, now_ms(), &mut fx), s.last_event_id()))
+            }
+            Backend::Redis(r) => r.list(viewer, filter, now_ms(), &mut fx).await,
         };
         self.finish(fx).await.map_err(journal_refusal)?;
-        Ok(out)
+        out
     }
 
     /// An approver's decision.
@@ -171,7 +217,13 @@ impl Approvals {
         if_match: Option<&str>,
     ) -> Result<Value, Refused> {
         let mut fx = Effects::default();
-        let out = self.lock().decide(id, approver, body, if_match, now_ms(), &mut fx);
+        let out = match &self.backend {
+            Backend::Memory(s) => {
+                let mut s = Self::lock(s);
+                s.decide(id, approver, body, if_match, now_ms(), &mut fx)
+            }
+            Backend::Redis(r) => r.decide(id, approver, body, if_match, now_ms(), &mut fx).await,
+        };
         self.finish(fx).await.map_err(journal_refusal)?;
         out
     }
@@ -179,7 +231,13 @@ impl Approvals {
     /// Revokes approval `id`'s standing grant.
     pub async fn revoke(&self, id: &str, by: &Caller) -> Result<Value, Refused> {
         let mut fx = Effects::default();
-        let out = self.lock().revoke(id, by, now_ms(), &mut fx);
+        let out = match &self.backend {
+            Backend::Memory(s) => {
+                let mut s = Self::lock(s);
+                s.revoke(id, by, now_ms(), &mut fx)
+            }
+            Backend::Redis(r) => r.revoke(id, by, now_ms(), &mut fx).await,
+        };
         self.finish(fx).await.map_err(journal_refusal)?;
         out
     }
@@ -188,27 +246,30 @@ impl Approvals {
     /// were dropped since (reload the list).
     pub async fn events_after(&self, after: u64, viewer: &Caller) -> Result<Option<Vec<Event>>, Refused> {
         let mut fx = Effects::default();
-        let out = {
-            let mut s = self.lock();
-            s.sweep(now_ms(), &mut fx);
-            s.events_after(after)
+        let out = match &self.backend {
+            Backend::Memory(s) => {
+                let mut s = Self::lock(s);
+                s.sweep(now_ms(), &mut fx);
+                Ok(s.events_after(after))
+            }
+            Backend::Redis(r) => r.events_after(after, now_ms(), &mut fx).await,
         };
         self.finish(fx).await.map_err(journal_refusal)?;
-        Ok(out.map(|evs| evs.into_iter().filter(|e| e.visible_to(viewer)).collect()))
+        Ok(out?.map(|evs| evs.into_iter().filter(|e| e.visible_to(viewer)).collect()))
     }
 }
 
 /// The approval page of a route's policy: param `approval_page`, or
 /// `{scheme}://{authority}/approvals/page` of the request.
-pub fn page_url(p: &policy_agents::Params, ctx: &policy_agents::RequestContext<'_>) -> String {
+pub fn page_url(p: &policy_agents::Params, request: &policy_agents::RequestView<'_>) -> String {
     match p.get("approval_page").map(str::trim).filter(|s| !s.is_empty()) {
         Some(u) => u.to_string(),
         None => {
-            let scheme = match ctx.request.scheme() {
+            let scheme = match request.scheme() {
                 "" => "http",
                 s => s,
             };
-            format!("{scheme}://{}/approvals/page", ctx.request.authority())
+            format!("{scheme}://{}/approvals/page", request.authority())
         }
     }
 }
@@ -221,5 +282,7 @@ fn journal_refusal(e: PolicyError) -> Refused {
     }
 }
 
+#[cfg(test)]
+mod redis_tests;
 #[cfg(test)]
 mod tests;

@@ -55,7 +55,7 @@ impl GrantKind {
 }
 
 /// Who may decide a rule's requests.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Approvers {
     /// Callers holding one of these roles.
@@ -93,8 +93,9 @@ struct Spec {
     self_approve: bool,
 }
 
-/// The compiled `approval` of a rule.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The compiled `approval` of a rule (serialized only to keep a request's
+/// terms in a shared store; rules are read with [`ApprovalRule::parse`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ApprovalRule {
     /// Who may decide.
     pub approvers: Approvers,

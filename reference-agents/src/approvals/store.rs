@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use super::binding::CallBinding;
@@ -43,7 +43,8 @@ impl Default for Limits {
 }
 
 /// Where a request stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum State {
     /// Waiting for a decision.
     Pending,
@@ -60,7 +61,8 @@ pub enum State {
 }
 
 impl State {
-    fn as_str(self) -> &'static str {
+    /// The name in the API (`pending`, ...).
+    pub fn as_str(self) -> &'static str {
         match self {
             State::Pending => "pending",
             State::Allowed => "allowed",
@@ -73,7 +75,7 @@ impl State {
 }
 
 /// A decision, as recorded.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Decided {
     /// The approver's principal.
     pub by: String,
@@ -90,7 +92,7 @@ pub struct Decided {
 }
 
 /// One request for approval.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Approval {
     /// Its id (128 random bits, hex).
     pub id: String,
@@ -223,6 +225,17 @@ pub struct Event {
 }
 
 impl Event {
+    /// An event of a shared store (its id given there).
+    pub(super) fn new(id: u64, kind: &'static str, data: Value, approvers: Approvers, principal: String) -> Event {
+        Event {
+            id,
+            kind,
+            data,
+            approvers,
+            principal,
+        }
+    }
+
     /// Whether `viewer` may see it (the request's approvers and requester).
     pub fn visible_to(&self, viewer: &Caller) -> bool {
         self.approvers.admit(viewer) || super::binding::principal(viewer) == self.principal
@@ -257,7 +270,7 @@ pub struct Refused {
     pub message: String,
 }
 
-fn refused(status: u16, reason: &'static str, message: impl Into<String>) -> Refused {
+pub(super) fn refused(status: u16, reason: &'static str, message: impl Into<String>) -> Refused {
     Refused {
         status,
         reason,
@@ -268,7 +281,7 @@ fn refused(status: u16, reason: &'static str, message: impl Into<String>) -> Ref
 /// Something to record in the journal.
 pub type Record = Map<String, Value>;
 
-fn record(event: &str, a: &Approval, extra: Value) -> Record {
+pub(super) fn record(event: &str, a: &Approval, extra: Value) -> Record {
     let mut m = Map::new();
     m.insert("event".into(), json!(event));
     m.insert("approval_id".into(), json!(a.id));
@@ -434,7 +447,7 @@ impl Store {
         &mut self,
         binding: CallBinding,
         args: &Value,
-        preview: Value,
+        preview: impl FnOnce() -> Value,
         rule: &str,
         terms: &ApprovalRule,
         new_id: impl FnOnce() -> String,
@@ -505,7 +518,9 @@ impl Store {
             id: id.clone(),
             state: State::Pending,
             binding,
-            preview,
+            // Only a new request is shown to people: the (redacting)
+            // preview is made for it alone, not on every granted call.
+            preview: preview(),
             rule: rule.to_string(),
             terms: terms.clone(),
             created_ms: now,
@@ -739,7 +754,7 @@ impl Store {
     }
 }
 
-fn may_view(a: &Approval, viewer: &Caller) -> bool {
+pub(super) fn may_view(a: &Approval, viewer: &Caller) -> bool {
     a.terms.approvers.admit(viewer) || super::binding::principal(viewer) == a.binding.principal
 }
 
@@ -757,7 +772,7 @@ pub struct Filter<'a> {
 }
 
 impl Filter<'_> {
-    fn admits(&self, a: &Approval) -> bool {
+    pub(super) fn admits(&self, a: &Approval) -> bool {
         self.state.is_none_or(|s| s == a.state.as_str())
             && self.principal.is_none_or(|p| p == a.binding.principal)
             && self.target.is_none_or(|t| t == a.binding.target)

@@ -40,7 +40,7 @@ fn ask(s: &mut Store, args: &serde_json::Value, session: Option<&str>, now: u64)
     s.check(
         binding(args, session),
         args,
-        args.clone(),
+        || args.clone(),
         "r",
         &terms(),
         || format!("id{now}-{}", N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)),

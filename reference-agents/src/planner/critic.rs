@@ -79,6 +79,7 @@ pub const KEYS: &[&str] = &[
     "tool_prefix_separator",
     "on_violation",
     "flag_header",
+    "approval_page",
 ];
 
 impl CriticConfig {
@@ -165,6 +166,8 @@ pub struct Finding {
     pub check: &'static str,
     /// What failed, without argument values (a JSON pointer, a rule name).
     pub detail: String,
+    /// The approval the call waits for (or that denied it), if any.
+    pub approval: Option<String>,
 }
 
 /// Compiled declared schemas, shared by the calls of a policy.
@@ -211,7 +214,7 @@ pub struct PlanContext<'a> {
     pub caller: &'a Caller,
 }
 
-fn parse_arguments(args: &Arguments) -> Result<Option<Value>, (&'static str, String)> {
+pub(crate) fn parse_arguments(args: &Arguments) -> Result<Option<Value>, (&'static str, String)> {
     match args {
         Arguments::Missing => Ok(None),
         Arguments::TooLarge => Err(("arguments_too_large", "over the streamed arguments limit".into())),
@@ -237,6 +240,7 @@ impl CriticConfig {
             tool: call.name.clone(),
             check,
             detail,
+            approval: None,
         };
         let tool = strip_prefix(&call.name, self.prefix_separator.as_deref());
         let known = match (&self.allowed, cx.declared) {
@@ -252,9 +256,14 @@ impl CriticConfig {
             };
             return Some(finding("unknown_tool", why.into()));
         }
+        // An `approve` rule's call is checked like an allowed one; if it
+        // passes every check it needs a grant (see `planner::approve`).
+        let mut needs_approval = None;
         if let Some(rules) = &self.rules {
             let d = rules.decide("tools/call", Some(tool), cx.caller);
-            if !d.allowed {
+            if d.approval.is_some() {
+                needs_approval = Some(d.rule);
+            } else if !d.allowed {
                 return Some(finding("rule_denied", format!("rule {}", d.rule)));
             }
         }
@@ -291,7 +300,19 @@ impl CriticConfig {
                 return Some(finding("argument_refused", format!("argument {}: {}", v.arg, v.rule)));
             }
         }
-        None
+        needs_approval.map(|rule| finding(super::approve::REQUIRED, format!("rule {rule}")))
+    }
+
+    /// A planned call's tool name, without the gateway prefix.
+    pub fn tool_name<'n>(&self, name: &'n str) -> &'n str {
+        strip_prefix(name, self.prefix_separator.as_deref())
+    }
+
+    /// The approval an `approve` rule needs for `tool` by `caller`.
+    pub fn approval_need(&self, tool: &str, caller: &Caller) -> Option<crate::rules::ApprovalNeed<'_>> {
+        self.rules
+            .as_ref()
+            .and_then(|r| r.decide("tools/call", Some(tool), caller).approval_need())
     }
 
     /// Checks a whole plan: the findings, one per refused call, in order.
@@ -306,6 +327,7 @@ impl CriticConfig {
                         tool: c.name.clone(),
                         check: "step_limit",
                         detail: format!("more than {} calls", self.max_calls.unwrap_or_default()),
+                        approval: None,
                     })
                 })
             })

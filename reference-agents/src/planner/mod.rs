@@ -25,6 +25,7 @@
 //! (tool steps of a conversation), [`futility`], [`budget`]. Their
 //! per-session state is in [`crate::sessions`] (in memory or in Redis).
 
+pub mod approve;
 pub mod assembler;
 pub mod budget;
 mod budget_stream;

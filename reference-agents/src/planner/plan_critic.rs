@@ -10,10 +10,15 @@
 //!
 //! Every decision sets metadata `plan.decision` (`pass`, `block`, `strip`,
 //! `flag`, `unreadable`), `plan.calls`; refusals add `plan.refused`,
-//! `plan.check`, `plan.tool` (and `plan.stripped` on strip).
+//! `plan.check`, `plan.tool` (and `plan.stripped` on strip), and
+//! `plan.approval_id` when a call waits for (or was denied by) a person
+//! ([`super::approve`]).
+
+use std::sync::Arc;
 
 use serde_json::{json, Value};
 
+use super::approve::{resolve_all, ApprovalCx};
 use super::calls::{declared_tools, planned_calls, strip, Declared, Location};
 use super::critic::{CriticConfig, Finding, OnViolation, PlanContext, SchemaCache, KEYS};
 use crate::param_cache::ParamCache;
@@ -31,6 +36,7 @@ pub(crate) const NAME: &str = "planCritic";
 pub struct PlanCritic {
     pub(crate) cache: ParamCache<CriticConfig>,
     pub(crate) schemas: SchemaCache,
+    approvals: Option<Arc<crate::approvals::Approvals>>,
 }
 
 impl Default for PlanCritic {
@@ -45,6 +51,16 @@ impl PlanCritic {
         PlanCritic {
             cache: ParamCache::new(KEYS),
             schemas: SchemaCache::default(),
+            approvals: None,
+        }
+    }
+
+    /// A policy whose `approve` rules ask `approvals` (without: calls they
+    /// govern stay refused).
+    pub fn with_approvals(approvals: Arc<crate::approvals::Approvals>) -> Self {
+        PlanCritic {
+            approvals: Some(approvals),
+            ..PlanCritic::new()
         }
     }
 
@@ -88,8 +104,10 @@ pub(crate) fn request_tools(body: Option<&[u8]>) -> Option<Declared> {
 
 /// The JSON body of a block.
 pub(crate) fn block_body(findings: &[Finding]) -> Value {
-    let call =
-        |f: &Finding| json!({"index": f.index, "id": f.id, "tool": f.tool, "check": f.check, "detail": f.detail});
+    let call = |f: &Finding| {
+        json!({"index": f.index, "id": f.id, "tool": f.tool, "check": f.check, "detail": f.detail,
+            "approval_id": f.approval})
+    };
     let first = findings.first();
     json!({
         "error": match first {
@@ -126,6 +144,10 @@ pub(crate) fn with_findings<T>(out: T, set: impl Fn(T, &str, String) -> T, decis
     };
     let out = set(out, "plan.refused", findings.len().to_string());
     let out = set(out, "plan.check", first.check.to_string());
+    let out = match findings.iter().find_map(|f| f.approval.as_ref()) {
+        Some(id) => set(out, "plan.approval_id", id.clone()),
+        None => out,
+    };
     set(out, "plan.tool", metadata_text(&first.tool))
 }
 
@@ -134,7 +156,12 @@ fn meta(out: ResponseOutcome, k: &str, v: String) -> ResponseOutcome {
 }
 
 impl PlanCritic {
-    fn decide(&self, cfg: &CriticConfig, ctx: &ResponseContext<'_>) -> Result<ResponseOutcome, PolicyError> {
+    async fn decide(
+        &self,
+        cfg: &CriticConfig,
+        params: &Params,
+        ctx: &ResponseContext<'_>,
+    ) -> Result<ResponseOutcome, PolicyError> {
         let status = ctx.response.status();
         if !(200..300).contains(&status) {
             return Ok(ResponseOutcome::proceed());
@@ -181,6 +208,15 @@ impl PlanCritic {
             caller: &caller,
         };
         let findings = cfg.check_plan(&calls, cx, &self.schemas);
+        let page = crate::approvals::page_url(params, &ctx.request);
+        let acx = ApprovalCx {
+            approvals: self.approvals.as_deref(),
+            metadata: ctx.metadata,
+            request: ctx.request,
+            caller: &caller,
+            page: &page,
+        };
+        let findings = resolve_all(cfg, &acx, findings, &calls).await;
         let out = ResponseOutcome::proceed().set_metadata("plan.calls", calls.len().to_string());
         if findings.is_empty() {
             return Ok(out.set_metadata("plan.decision", "pass"));
@@ -229,7 +265,7 @@ impl Policy for PlanCritic {
 
     async fn on_response(&self, params: &Params, ctx: &ResponseContext<'_>) -> Result<ResponseOutcome, PolicyError> {
         let cfg = self.config(params)?;
-        self.decide(&cfg, ctx)
+        self.decide(&cfg, params, ctx).await
     }
 }
 

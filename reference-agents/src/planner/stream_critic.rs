@@ -27,6 +27,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::approve::{resolve, resolve_all, ApprovalCx};
 use super::assembler::Assembler;
 use super::calls::{planned_calls, strip, Location};
 use super::critic::{CriticConfig, Finding, OnViolation, PlanContext, SchemaCache, KEYS};
@@ -105,6 +106,7 @@ pub struct PlanCriticStream {
     cache: ParamCache<CriticConfig>,
     schemas: SchemaCache,
     declared: DeclaredStore,
+    approvals: Option<std::sync::Arc<crate::approvals::Approvals>>,
 }
 
 impl Default for PlanCriticStream {
@@ -118,11 +120,12 @@ fn config_error(e: &ParamError) -> PolicyError {
 }
 
 /// Decides the calls of `keys`; `Err` with the first blocking finding.
-fn decide(
+async fn decide(
     cfg: &CriticConfig,
     st: &mut State,
     keys: &[String],
     cx: PlanContext<'_>,
+    acx: &ApprovalCx<'_>,
     schemas: &SchemaCache,
 ) -> Result<(), Finding> {
     for key in keys {
@@ -134,8 +137,13 @@ fn decide(
                 tool: call.name.clone(),
                 check: "step_limit",
                 detail: format!("more than {} calls", cfg.max_calls.unwrap_or_default()),
+                approval: None,
             })
         });
+        let finding = match finding {
+            Some(f) => resolve(cfg, acx, f, &call).await,
+            None => None,
+        };
         st.asm.forget_args(key);
         let verdict = match &finding {
             None => "pass",
@@ -257,15 +265,38 @@ impl PlanCriticStream {
             cache: ParamCache::new(KEYS),
             schemas: SchemaCache::default(),
             declared: DeclaredStore::default(),
+            approvals: None,
         }
     }
 
-    fn sse_chunk(&self, cfg: &CriticConfig, st: &mut State, ctx: &ChunkContext<'_>) -> Result<ChunkOutcome, String> {
+    /// A policy whose `approve` rules ask `approvals` (without: calls they
+    /// govern stay refused).
+    pub fn with_approvals(approvals: std::sync::Arc<crate::approvals::Approvals>) -> Self {
+        PlanCriticStream {
+            approvals: Some(approvals),
+            ..PlanCriticStream::new()
+        }
+    }
+
+    async fn sse_chunk(
+        &self,
+        cfg: &CriticConfig,
+        st: &mut State,
+        ctx: &ChunkContext<'_>,
+        page: &str,
+    ) -> Result<ChunkOutcome, String> {
         let declared = self.declared.get(&ctx.call.request_id);
         let caller = Caller::from_metadata(ctx.metadata);
         let cx = PlanContext {
             declared: declared.as_deref(),
             caller: &caller,
+        };
+        let acx = ApprovalCx {
+            approvals: self.approvals.as_deref(),
+            metadata: ctx.metadata,
+            request: ctx.request,
+            caller: &caller,
+            page,
         };
         let mut out = Vec::new();
         let block = |st: &State, out: Vec<Bytes>, f: Finding| {
@@ -305,7 +336,7 @@ impl PlanCriticStream {
                 let open: Vec<String> = st.held.iter().flat_map(|h| h.keys.clone()).collect();
                 completed.extend(st.asm.overflow(&open));
             }
-            if let Err(f) = decide(cfg, st, &completed, cx, &self.schemas) {
+            if let Err(f) = decide(cfg, st, &completed, cx, &acx, &self.schemas).await {
                 return Ok(block(st, out, f));
             }
             release(st, &mut out);
@@ -315,7 +346,7 @@ impl PlanCriticStream {
         }
         if ctx.end_of_stream {
             let rest = st.asm.finish();
-            if let Err(f) = decide(cfg, st, &rest, cx, &self.schemas) {
+            if let Err(f) = decide(cfg, st, &rest, cx, &acx, &self.schemas).await {
                 return Ok(block(st, out, f));
             }
             release(st, &mut out);
@@ -333,7 +364,7 @@ impl PlanCriticStream {
         })
     }
 
-    fn raw_chunk(&self, cfg: &CriticConfig, st: &mut State, ctx: &ChunkContext<'_>) -> ChunkOutcome {
+    async fn raw_chunk(&self, cfg: &CriticConfig, st: &mut State, ctx: &ChunkContext<'_>, page: &str) -> ChunkOutcome {
         if st.raw_over {
             return ChunkOutcome::pass();
         }
@@ -369,6 +400,14 @@ impl PlanCriticStream {
             caller: &caller,
         };
         let findings = cfg.check_plan(&calls, cx, &self.schemas);
+        let acx = ApprovalCx {
+            approvals: self.approvals.as_deref(),
+            metadata: ctx.metadata,
+            request: ctx.request,
+            caller: &caller,
+            page,
+        };
+        let findings = resolve_all(cfg, &acx, findings, &calls).await;
         let Some(first) = findings.first() else {
             return whole(raw)
                 .set_metadata("plan.decision", "pass")
@@ -380,6 +419,10 @@ impl PlanCriticStream {
                 .set_metadata("plan.refused", findings.len().to_string())
                 .set_metadata("plan.check", first.check)
                 .set_metadata("plan.tool", metadata_text(&first.tool))
+        };
+        let meta = |o: ChunkOutcome| match findings.iter().find_map(|f| f.approval.as_ref()) {
+            Some(id) => meta(o).set_metadata("plan.approval_id", id.clone()),
+            None => meta(o),
         };
         match cfg.on_violation {
             OnViolation::Flag => meta(whole(raw)),
@@ -422,12 +465,13 @@ impl Policy for PlanCriticStream {
             serde_json::from_slice(ctx.state)
                 .map_err(|e| PolicyError::new(format!("{NAME}: stream state unreadable: {e}")))?
         };
+        let page = crate::approvals::page_url(params, &ctx.request);
         let out = match ctx.framing {
-            Framing::SseEvent => match self.sse_chunk(&cfg, &mut st, ctx) {
+            Framing::SseEvent => match self.sse_chunk(&cfg, &mut st, ctx, &page).await {
                 Ok(o) => o,
                 Err(why) => ChunkOutcome::end_stream("plan_rejected", why).set_metadata("plan.decision", "block"),
             },
-            Framing::Raw => self.raw_chunk(&cfg, &mut st, ctx),
+            Framing::Raw => self.raw_chunk(&cfg, &mut st, ctx, &page).await,
         };
         if ctx.end_of_stream {
             self.declared.remove(&ctx.call.request_id);

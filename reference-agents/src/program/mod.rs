@@ -12,6 +12,7 @@ use std::ffi::OsString;
 use std::path::Path;
 use std::process::ExitCode;
 
+mod approvals;
 pub mod auth;
 pub mod guardrail;
 pub mod planner;

@@ -4,12 +4,16 @@
 //! prompts; `futilityGuard` halts sessions that go nowhere; `contextBudget`
 //! (and `contextBudgetStream`) give token-budget verdicts per session.
 //! Session state is in memory, or in Redis with `--redis-url` (shared by
-//! every planner agent using the server).
+//! every planner agent using the server). Planned calls under an `approve`
+//! rule wait for a person: this agent keeps their approvals and serves the
+//! `approvals` API and page for them (`--approvals-journal` records them).
 
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use super::approvals::ApprovalArgs;
+use crate::approvals::api::ApprovalsApi;
 use crate::planner::{
     ContextBudget, ContextBudgetStream, FutilityGuard, PlanCritic, PlanCriticStream, SessionStore, UntrustedInput,
 };
@@ -30,11 +34,14 @@ pub(crate) struct Args {
     #[arg(long, default_value = "/var/run/policy-engine/agents/planner.sock")]
     socket: PathBuf,
     /// Keep session state (futilityGuard, contextBudget, contextBudgetStream)
-    /// in Redis, shared by every planner agent using it, for example
+    /// and the approvals of planned calls in Redis, shared by every planner
+    /// agent using it, for example
     /// `redis://127.0.0.1:6379/0` or `redis+unix:///run/redis.sock`.
     /// In memory when absent.
     #[arg(long, value_name = "URL")]
     redis_url: Option<String>,
+    #[command(flatten)]
+    approvals: ApprovalArgs,
     #[command(flatten)]
     serve: ServeArgs,
 }
@@ -53,9 +60,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
         None => SessionStore::memory(),
     };
     tracing::info!(redis = args.redis_url.is_some(), "session store ready");
+    let approvals = args.approvals.open(args.redis_url.as_deref()).await?;
     let builder = Agent::builder("planner-agent", env!("CARGO_PKG_VERSION"))
-        .policy(PlanCritic::new())
-        .policy(PlanCriticStream::new())
+        .policy(PlanCritic::with_approvals(approvals.clone()))
+        .policy(PlanCriticStream::with_approvals(approvals.clone()))
+        .policy(ApprovalsApi::new(approvals))
         .policy(UntrustedInput::new())
         .policy(FutilityGuard::with_store(store.clone()))
         .policy(ContextBudget::with_store(store.clone()))

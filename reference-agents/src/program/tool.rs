@@ -9,16 +9,19 @@
 //! every tool agent using it).
 //!
 //! Approvals (`approve` rules, and the `approvals` API and page that decide
-//! them) are kept in this agent's memory; `--approvals-journal` records
-//! every request, decision, expiry and release in a hash-chained journal.
+//! them) are kept in this agent's memory, or in Redis with `--redis-url`
+//! (every tool agent using it sees the same pending requests and grants:
+//! a call may wait on one agent and be decided on another);
+//! `--approvals-journal` records every request, decision, expiry and
+//! release this agent makes in a hash-chained journal.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use super::approvals::ApprovalArgs;
 use crate::a2a::{A2aAuthorization, A2aCardFilter, A2aTaskOwnership, A2aUrlGuard};
-use crate::approvals::{api::ApprovalsApi, Approvals, Limits};
-use crate::guardrail::{Journal, JournalOptions};
+use crate::approvals::api::ApprovalsApi;
 use crate::sessions::SessionStore;
 use crate::tool::{
     McpServerRequestGuard, McpToolAuthorization, McpToolFilter, ToolArgumentGuard, ToolSchemaValidation,
@@ -39,21 +42,16 @@ pub(crate) struct Args {
     /// Unix socket to listen on.
     #[arg(long, default_value = "/var/run/policy-engine/agents/tool.sock")]
     socket: PathBuf,
-    /// Keep the server requests awaiting an answer and the A2A task owners in Redis
+    /// Keep the server requests awaiting an answer, the A2A task owners and
+    /// the approvals (pending requests, grants, events) in Redis
     /// (`redis://127.0.0.1:6379/0` or `redis+unix:///run/redis.sock`)
-    /// instead of in memory.
+    /// instead of in memory, shared by every tool agent using it. When Redis
+    /// fails, calls that need approval fail (503 `session_store_unavailable`
+    /// under `on_failure: deny`) and the approvals API answers 503.
     #[arg(long)]
     redis_url: Option<String>,
-    /// Record approval requests, decisions, expiries and releases in this
-    /// hash-chained journal (verify it with `guardrail-agent verify-audit`).
-    #[arg(long)]
-    approvals_journal: Option<PathBuf>,
-    /// Calls waiting for approval per principal, at most.
-    #[arg(long, default_value_t = Limits::default().per_principal)]
-    approvals_per_principal: usize,
-    /// Calls waiting for approval in all, at most.
-    #[arg(long, default_value_t = Limits::default().total)]
-    approvals_total: usize,
+    #[command(flatten)]
+    approvals: ApprovalArgs,
     #[command(flatten)]
     serve: ServeArgs,
 }
@@ -71,20 +69,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         Some(url) => SessionStore::redis(url).await.context("connecting to --redis-url")?,
         None => SessionStore::memory(),
     };
-    let approvals = Approvals::memory(Limits {
-        per_principal: args.approvals_per_principal.max(1),
-        total: args.approvals_total.max(1),
-    });
-    if let Some(path) = &args.approvals_journal {
-        let journal = Journal::open(path, JournalOptions::default())
-            .await
-            .with_context(|| format!("opening --approvals-journal {}", path.display()))?;
-        approvals.set_journal(journal);
-    }
-    crate::approvals::metrics::register_all();
-    // The approvals' previews are redacted with the guardrails' PII
-    // patterns: compile them now, not on the first call that needs one.
-    crate::guardrail::Redactor::shared()?;
+    let approvals = args.approvals.open(args.redis_url.as_deref()).await?;
     let builder = Agent::builder("tool-agent", env!("CARGO_PKG_VERSION"))
         .policy(McpToolAuthorization::with_approvals(approvals.clone()))
         .policy(ApprovalsApi::new(approvals.clone()))

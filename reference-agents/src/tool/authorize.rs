@@ -418,7 +418,7 @@ impl Policy for McpToolAuthorization {
             approved.checks.push(check);
         }
         if approved.checks.iter().any(Option::is_some) {
-            approved.page = crate::approvals::page_url(params, ctx);
+            approved.page = crate::approvals::page_url(params, &ctx.request);
             approved.body = ctx.request.body();
         }
         Ok(authorize_approved(&cfg, &caller, &env, &approved))

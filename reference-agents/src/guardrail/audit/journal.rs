@@ -224,7 +224,14 @@ async fn writer(
             if unsynced == 0 {
                 sync_by = Instant::now() + options.fsync_interval;
             }
-            let written = file.write_all(buf.as_bytes()).await.map_err(|e| e.to_string());
+            // tokio's `write_all` returns once the bytes are in its own
+            // buffer; `flush` waits until the OS has them (or reports the
+            // failure), so an acknowledged line is in the file.
+            let written = match file.write_all(buf.as_bytes()).await {
+                Ok(()) => file.flush().await,
+                Err(e) => Err(e),
+            }
+            .map_err(|e| e.to_string());
             if let Err(e) = &written {
                 tracing::error!(path = %path.display(), error = %e, "audit journal write failed");
             }

@@ -1,0 +1,992 @@
+//! The Redis backend of [`super::Approvals`]: the pending requests, grants
+//! and events of every agent (and every kernel's agents) using one server.
+//!
+//! It keeps the state machine of [`super::store::Store`], step for step:
+//! the same answers, journal records, events and metrics. The rules that
+//! decide (who may see or decide a request, which grant covers a call, how
+//! constraints apply) run here in Rust on what a script read; every change
+//! is one Lua script, atomic on the server, that first checks that what
+//! was read still holds (the request's version, or the grant it takes)
+//! and otherwise changes nothing and has the operation read again.
+//!
+//! Keys, all under one hash tag (`{approvals}`) so that a script's keys
+//! share a cluster slot:
+//! * `policy-agents:{approvals}:approval:<id>`: a request, a hash: `j` its
+//!   JSON ([`Approval`]; its state, version and attempts are those of the
+//!   fields `s`, `v` and `n`), and while a grant it gave stands, `g` the
+//!   grant's key, `gj` the grant (JSON), `ge` its expiry (Unix ms). A
+//!   pending request has no TTL (there are at most `Limits::total`); once
+//!   decided or expired it lives [`KEEP`] longer than its grant;
+//! * `...:expiries`: a sorted set of the pending requests by expiry (its size
+//!   is the number pending); `...:pending`: a hash, call key → pending
+//!   request; `...:principals`: a hash, SHA-256 of a principal → its
+//!   pending requests;
+//! * `...:grants:<key>`: a sorted set of the approvals whose grants stand
+//!   under a call, session or tool key (SHA-256, [`CallBinding`]), in the
+//!   order given (`...:grant_seq`, bumped by each decision); its TTL that
+//!   of its longest grant;
+//! * `...:history`: the requests decided or expired, the last
+//!   [`MAX_HISTORY`] (older ones without a standing grant are deleted);
+//!   `...:all`: a sorted set of the requests kept, for the API's list;
+//! * `...:events`: the events, a sorted set by id (`...:event_id`, `INCR`),
+//!   the last [`MAX_EVENTS`].
+//!
+//! Expiry is lazy, as in memory: each operation first expires the pending
+//! requests whose time is up, each by a script that only one agent wins,
+//! so `approval.expired` is emitted (and journaled, and counted) once.
+//! An `allow_once` grant is taken by a script that removes it: of
+//! concurrent calls, only the one whose script removed it is granted.
+//!
+//! Calls time out after [`CALL_TIMEOUT`]; a failure is an error
+//! ([`StoreError`]): a call that needs approval fails (closed), the API
+//! answers 503. A call that timed out may still have run on the server (a
+//! consumed `allow_once` grant stays consumed: the caller asks again).
+//! Times are the agents' clocks (Unix ms), as in memory.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{FromRedisValue, RedisResult, Script, ScriptInvocation};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use super::binding::{principal, CallBinding};
+use super::constraints::Constraints;
+use super::rule::{ApprovalRule, Approvers, GrantKind};
+use super::store::{
+    may_view, record, refused, Approval, Check, DecideBody, Decided, Effects, Event, Filter, Limits, Refused, State,
+    MAX_EVENTS, MAX_HISTORY,
+};
+use crate::rules::Caller;
+use policy_agents::{Deny, PolicyError};
+
+/// Connecting to Redis, and each call, give up after this.
+pub const CALL_TIMEOUT: Duration = Duration::from_millis(500);
+/// A decided or expired request is kept this long after its grant ends (or
+/// after it left pending, without a grant), for the API and the events.
+pub const KEEP: Duration = Duration::from_secs(86_400);
+/// The longest TTL set on a key (100 years, in ms).
+const MAX_TTL_MS: u64 = 100 * 365 * 86_400_000;
+/// Rounds of read-then-change an operation tries when what it read changed
+/// under it, before it fails.
+const ROUNDS: usize = 64;
+/// Requests expired per sweep script.
+const SWEEP_BATCH: usize = 100;
+
+/// The keys every script is given (KEYS[1..8]), after the prefix.
+const FIXED: [&str; 8] = [
+    "pending",
+    "principals",
+    "expiries",
+    "all",
+    "history",
+    "grant_seq",
+    "events",
+    "event_id",
+];
+
+/// Shared by every script: ARGV[1] is the key prefix; the fixed keys.
+const PRELUDE: &str = r"
+local P = ARGV[1]
+local PENDING, PRINCIPALS, EXPIRIES, ALL = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local HISTORY, SEQ, EVENTS, EVENT_ID = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local function akey(id) return P .. 'approval:' .. id end
+local function gkey(k) return P .. 'grants:' .. k end
+local function emit(ev, max)
+  local id = redis.call('INCR', EVENT_ID)
+  redis.call('ZADD', EVENTS, id, id .. ' ' .. ev)
+  redis.call('ZREMRANGEBYRANK', EVENTS, 0, -(tonumber(max) + 1))
+end
+local function unpend(id, call, principal, max_history)
+  redis.call('ZREM', EXPIRIES, id)
+  if redis.call('HGET', PENDING, call) == id then redis.call('HDEL', PENDING, call) end
+  if redis.call('HINCRBY', PRINCIPALS, principal, -1) <= 0 then redis.call('HDEL', PRINCIPALS, principal) end
+  redis.call('RPUSH', HISTORY, id)
+  while redis.call('LLEN', HISTORY) > tonumber(max_history) do
+    local old = redis.call('LPOP', HISTORY)
+    if redis.call('HEXISTS', akey(old), 'g') == 0 then
+      redis.call('DEL', akey(old))
+      redis.call('ZREM', ALL, old)
+    end
+  end
+end
+local function pending() return tostring(redis.call('ZCARD', EXPIRIES)) end
+";
+
+/// ARGV: prefix, now, batch. Returns {pending, then per due request: id,
+/// j, s, v, n}.
+const DUE_LUA: &str = r"
+local out = {pending()}
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', EXPIRIES, '-inf', ARGV[2], 'LIMIT', 0, tonumber(ARGV[3]))) do
+  local r = redis.call('HMGET', akey(id), 'j', 's', 'v', 'n')
+  table.insert(out, id)
+  for i = 1, 4 do table.insert(out, r[i]) end
+end
+return out
+";
+
+/// ARGV: prefix, id, version read, call key, principal hash, event, TTL
+/// after (ms), max history, max events. Expires a pending request unless
+/// another agent did or it changed. Returns {1, pending}, {0} (already
+/// done: nothing to do) or {-1} (changed: read again).
+const EXPIRE_LUA: &str = r"
+local id = ARGV[2]
+local a = akey(id)
+if not redis.call('ZSCORE', EXPIRIES, id) then return {0} end
+if redis.call('EXISTS', a) == 0 then
+  redis.call('ZREM', EXPIRIES, id)
+  if redis.call('HGET', PENDING, ARGV[4]) == id then redis.call('HDEL', PENDING, ARGV[4]) end
+  return {0}
+end
+if redis.call('HGET', a, 'v') ~= ARGV[3] or redis.call('HGET', a, 's') ~= 'pending' then return {-1} end
+unpend(id, ARGV[4], ARGV[5], ARGV[8])
+redis.call('HSET', a, 's', 'expired')
+redis.call('HINCRBY', a, 'v', 1)
+redis.call('PEXPIRE', a, ARGV[7])
+emit(ARGV[6], ARGV[9])
+return {1, tonumber(pending())}
+";
+
+/// ARGV: prefix, now, then the call, session and tool keys that apply.
+/// Drops the grants past their time; returns {grant_seq, {{key index, id,
+/// grant, j, s, v, n}, ...}} in the order a call tries them.
+const LOAD_LUA: &str = r"
+local now = tonumber(ARGV[2])
+local out = {}
+for k = 3, #ARGV do
+  local g = gkey(ARGV[k])
+  for _, id in ipairs(redis.call('ZRANGE', g, 0, -1)) do
+    local r = redis.call('HMGET', akey(id), 'gj', 'ge', 'g', 'j', 's', 'v', 'n')
+    if not r[1] or r[3] ~= ARGV[k] or tonumber(r[2]) <= now then
+      redis.call('ZREM', g, id)
+    else
+      table.insert(out, {tostring(k - 2), id, r[1], r[4], r[5], r[6], r[7]})
+    end
+  end
+end
+return {redis.call('GET', SEQ) or '0', out}
+";
+
+/// ARGV: prefix, id, version read, grant_seq read, grant key, event, TTL
+/// after (ms), max events. Takes an `allow_once` grant: 1, or -1 when it
+/// is gone (another call took it) or the grants changed (read again).
+const CONSUME_LUA: &str = r"
+local id = ARGV[2]
+local a = akey(id)
+if (redis.call('GET', SEQ) or '0') ~= ARGV[4] then return -1 end
+if redis.call('HGET', a, 'v') ~= ARGV[3] or redis.call('HGET', a, 'g') ~= ARGV[5] then return -1 end
+if redis.call('ZREM', gkey(ARGV[5]), id) == 0 then return -1 end
+redis.call('HDEL', a, 'g', 'gj', 'ge')
+redis.call('HSET', a, 's', 'consumed')
+redis.call('HINCRBY', a, 'v', 1)
+redis.call('PEXPIRE', a, ARGV[7])
+emit(ARGV[6], ARGV[8])
+return 1
+";
+
+/// ARGV: prefix, now, grant_seq read, call key, principal hash, limit per
+/// principal, limit in all, new id, its JSON, its expiry, its creation,
+/// its event, max events. The call's pending request, asked again; else a
+/// new one within the limits. Returns {'again', id, expiry, pending},
+/// {'created', id, expiry, pending}, {'limited', scope} or {'retry'}
+/// (grants changed, or the pending request is due: read again).
+const ASK_LUA: &str = r"
+local now = tonumber(ARGV[2])
+if (redis.call('GET', SEQ) or '0') ~= ARGV[3] then return {'retry'} end
+local old = redis.call('HGET', PENDING, ARGV[4])
+if old then
+  local exp = redis.call('ZSCORE', EXPIRIES, old)
+  if exp and redis.call('EXISTS', akey(old)) == 1 then
+    if tonumber(exp) <= now then return {'retry'} end
+    redis.call('HINCRBY', akey(old), 'n', 1)
+    redis.call('HINCRBY', akey(old), 'v', 1)
+    return {'again', old, exp, pending()}
+  end
+  redis.call('HDEL', PENDING, ARGV[4])
+end
+if tonumber(redis.call('HGET', PRINCIPALS, ARGV[5]) or '0') >= tonumber(ARGV[6]) then return {'limited', 'principal'} end
+if redis.call('ZCARD', EXPIRIES) >= tonumber(ARGV[7]) then return {'limited', 'total'} end
+local id = ARGV[8]
+local a = akey(id)
+if redis.call('EXISTS', a) == 1 then return {'retry'} end
+redis.call('HSET', a, 'j', ARGV[9], 's', 'pending', 'v', 1, 'n', 1)
+redis.call('ZADD', EXPIRIES, ARGV[10], id)
+redis.call('HSET', PENDING, ARGV[4], id)
+redis.call('HINCRBY', PRINCIPALS, ARGV[5], 1)
+for _, stale in ipairs(redis.call('ZRANGE', ALL, 0, 7)) do
+  if redis.call('EXISTS', akey(stale)) == 0 then redis.call('ZREM', ALL, stale) end
+end
+redis.call('ZADD', ALL, ARGV[11], id)
+emit(ARGV[12], ARGV[13])
+return {'created', id, ARGV[10], pending()}
+";
+
+/// ARGV: prefix, id, version read, the grant's TTL (ms), call key,
+/// principal hash, grant key, grant, grant expiry, new JSON, new state,
+/// event, the request's TTL (ms), max history, max events. Decides a
+/// pending request unchanged since read: {1, pending}, else {-1} (read
+/// again).
+const DECIDE_LUA: &str = r"
+local id = ARGV[2]
+local a = akey(id)
+if redis.call('HGET', a, 'v') ~= ARGV[3] or redis.call('HGET', a, 's') ~= 'pending' then return {-1} end
+unpend(id, ARGV[5], ARGV[6], ARGV[14])
+local seq = redis.call('INCR', SEQ)
+local g = gkey(ARGV[7])
+redis.call('ZADD', g, seq, id)
+if redis.call('PTTL', g) < tonumber(ARGV[4]) then redis.call('PEXPIRE', g, ARGV[4]) end
+redis.call('HSET', a, 'j', ARGV[10], 's', ARGV[11], 'g', ARGV[7], 'gj', ARGV[8], 'ge', ARGV[9])
+redis.call('HINCRBY', a, 'v', 1)
+redis.call('PEXPIRE', a, ARGV[13])
+emit(ARGV[12], ARGV[15])
+return {1, tonumber(pending())}
+";
+
+/// ARGV: prefix, id, version read, grant key, event, TTL after (ms), max
+/// events. Revokes a standing grant unchanged since read: 1, else -1.
+const REVOKE_LUA: &str = r"
+local id = ARGV[2]
+local a = akey(id)
+if redis.call('HGET', a, 'v') ~= ARGV[3] or redis.call('HGET', a, 'g') ~= ARGV[4] then return -1 end
+redis.call('ZREM', gkey(ARGV[4]), id)
+redis.call('HDEL', a, 'g', 'gj', 'ge')
+redis.call('HSET', a, 's', 'revoked')
+redis.call('HINCRBY', a, 'v', 1)
+redis.call('PEXPIRE', a, ARGV[6])
+emit(ARGV[5], ARGV[7])
+return 1
+";
+
+/// ARGV: prefix. Returns {last event id, {{id, j, s, v, n}, ...}}; forgets
+/// the ids of requests no longer kept.
+const LIST_LUA: &str = r"
+local out = {}
+for _, id in ipairs(redis.call('ZRANGE', ALL, 0, -1)) do
+  local r = redis.call('HMGET', akey(id), 'j', 's', 'v', 'n')
+  if r[1] then table.insert(out, {id, r[1], r[2], r[3], r[4]}) else redis.call('ZREM', ALL, id) end
+end
+return {redis.call('GET', EVENT_ID) or '0', out}
+";
+
+/// ARGV: prefix, after. Returns {oldest kept event id or nil, {events after}}.
+const EVENTS_LUA: &str = r"
+local first = redis.call('ZRANGE', EVENTS, 0, 0, 'WITHSCORES')
+return {first[2] or false, redis.call('ZRANGEBYSCORE', EVENTS, '(' .. ARGV[2], '+inf')}
+";
+
+/// A failure of the Redis store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Redis could not be reached, timed out or refused a script.
+    #[error("approvals store (redis): {0}")]
+    Redis(#[from] redis::RedisError),
+    /// The store held something this agent cannot read, or kept changing.
+    #[error("approvals store (redis): {0}")]
+    State(String),
+}
+
+impl StoreError {
+    /// The failure of a call that needs approval: under `on_failure:
+    /// deny`, a 503 JSON answer with reason `session_store_unavailable`
+    /// and `Retry-After: 1`, as for the other state in Redis
+    /// ([`crate::sessions::SessionStoreError::policy_error`]).
+    pub fn policy_error(&self) -> PolicyError {
+        let body = json!({
+            "error": "approvals: the approvals store is unavailable",
+            "reason": "session_store_unavailable",
+        });
+        PolicyError::new(format!("approvals: {self}")).with_deny(
+            Deny::json(503, &body)
+                .header("retry-after", "1")
+                .reason("session_store_unavailable"),
+        )
+    }
+}
+
+impl From<StoreError> for Refused {
+    /// The API's answer: 503, reason `approvals_store_unavailable`.
+    fn from(e: StoreError) -> Refused {
+        refused(503, "approvals_store_unavailable", e.to_string())
+    }
+}
+
+fn bad(what: impl std::fmt::Display) -> StoreError {
+    StoreError::State(what.to_string())
+}
+
+/// A standing grant, as kept in a request's `gj`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct StoredGrant {
+    kind: GrantKind,
+    expires_ms: u64,
+    constraints: Option<Constraints>,
+    reason: Option<String>,
+    alternative: Option<String>,
+}
+
+/// An event as kept (its id is the server's).
+#[derive(Serialize, Deserialize)]
+struct StoredEvent {
+    kind: String,
+    data: Value,
+    approvers: Approvers,
+    principal: String,
+}
+
+const KINDS: [&str; 5] = [
+    "approval.requested",
+    "approval.decided",
+    "approval.expired",
+    "approval.consumed",
+    "approval.revoked",
+];
+
+fn event_json(kind: &str, a: &Approval) -> String {
+    json!({
+        "kind": kind,
+        "data": a.to_json(),
+        "approvers": a.terms.approvers,
+        "principal": a.binding.principal,
+    })
+    .to_string()
+}
+
+/// SHA-256 (hex): how principals are named in keys.
+pub(super) fn hashed(s: &str) -> String {
+    hex::encode(Sha256::digest(s.as_bytes()))
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn state_of(s: &str) -> Result<State, StoreError> {
+    serde_json::from_value(Value::String(s.to_string())).map_err(|_| bad(format!("unknown state {s:?}")))
+}
+
+/// A request from its fields `j`, `s`, `v`, `n`.
+fn approval(j: Option<&str>, s: Option<&str>, v: Option<&str>, n: Option<&str>) -> Result<Approval, StoreError> {
+    let (Some(j), Some(s), Some(v), Some(n)) = (j, s, v, n) else {
+        return Err(bad("a request without its fields"));
+    };
+    let mut a: Approval = serde_json::from_str(j).map_err(|e| bad(format!("a request's JSON: {e}")))?;
+    a.state = state_of(s)?;
+    a.version = v.parse().map_err(|_| bad("a request's version"))?;
+    a.attempts = n.parse().map_err(|_| bad("a request's attempts"))?;
+    Ok(a)
+}
+
+fn number(s: &str) -> Result<u64, StoreError> {
+    s.parse::<u64>()
+        .or_else(|_| s.parse::<f64>().map(|f| f as u64))
+        .map_err(|_| bad(format!("not a number: {s:?}")))
+}
+
+/// A grant a load found.
+struct Loaded {
+    key: usize,
+    id: String,
+    grant: StoredGrant,
+    approval: Approval,
+}
+
+/// The Redis backend.
+pub struct RedisApprovals {
+    conn: ConnectionManager,
+    limits: Limits,
+    prefix: String,
+    fixed: Vec<String>,
+    due: Script,
+    expire: Script,
+    load: Script,
+    consume: Script,
+    ask: Script,
+    decide: Script,
+    revoke: Script,
+    list: Script,
+    events: Script,
+    pending: AtomicUsize,
+}
+
+impl RedisApprovals {
+    /// Connects to `url` (and reconnects when needed).
+    pub async fn connect(url: &str, limits: Limits) -> Result<Self, StoreError> {
+        let client = redis::Client::open(url)?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(CALL_TIMEOUT))
+            .set_response_timeout(Some(CALL_TIMEOUT))
+            .set_number_of_retries(0);
+        let conn = client.get_connection_manager_with_config(config).await?;
+        let prefix = "policy-agents:{approvals}:".to_string();
+        let script = |body: &str| Script::new(&format!("{PRELUDE}{body}"));
+        Ok(RedisApprovals {
+            conn,
+            limits,
+            fixed: FIXED.iter().map(|k| format!("{prefix}{k}")).collect(),
+            prefix,
+            due: script(DUE_LUA),
+            expire: script(EXPIRE_LUA),
+            load: script(LOAD_LUA),
+            consume: script(CONSUME_LUA),
+            ask: script(ASK_LUA),
+            decide: script(DECIDE_LUA),
+            revoke: script(REVOKE_LUA),
+            list: script(LIST_LUA),
+            events: script(EVENTS_LUA),
+            pending: AtomicUsize::new(0),
+        })
+    }
+
+    /// Pending requests, as the last script that counted them saw.
+    pub fn pending(&self) -> usize {
+        self.pending.load(Ordering::Relaxed)
+    }
+
+    fn saw_pending(&self, n: impl TryInto<usize>) {
+        if let Ok(n) = n.try_into() {
+            self.pending.store(n, Ordering::Relaxed);
+        }
+    }
+
+    /// `script` with the fixed keys and the prefix, ready for its args.
+    fn prepare<'a>(&'a self, script: &'a Script) -> ScriptInvocation<'a> {
+        let mut call = script.prepare_invoke();
+        for k in &self.fixed {
+            call.key(k);
+        }
+        call.arg(&self.prefix);
+        call
+    }
+
+    /// Runs `script`; once more when the connection was refused (the
+    /// command never reached the server, so running it again is safe).
+    async fn invoke<T: FromRedisValue>(&self, script: &ScriptInvocation<'_>) -> RedisResult<T> {
+        let mut conn = self.conn.clone();
+        match script.invoke_async(&mut conn).await {
+            Err(e) if e.is_connection_refusal() => script.invoke_async(&mut conn).await,
+            done => done,
+        }
+    }
+
+    /// Request `id` and its grant's key, if kept.
+    async fn read(&self, id: &str) -> Result<Option<(Approval, Option<String>)>, StoreError> {
+        let mut conn = self.conn.clone();
+        let get = redis::cmd("HMGET")
+            .arg(format!("{}approval:{id}", self.prefix))
+            .arg("j")
+            .arg("s")
+            .arg("v")
+            .arg("n")
+            .arg("g")
+            .clone();
+        let r: Vec<Option<String>> = match get.query_async(&mut conn).await {
+            Err(e) if e.is_connection_refusal() => get.query_async(&mut conn).await,
+            done => done,
+        }?;
+        if r.first().is_none_or(Option::is_none) {
+            return Ok(None);
+        }
+        let f = |i: usize| r.get(i).and_then(Option::as_deref);
+        Ok(Some((approval(f(0), f(1), f(2), f(3))?, f(4).map(String::from))))
+    }
+
+    /// Expires the requests whose time is up (each once, whichever agent
+    /// gets there first).
+    pub async fn sweep(&self, now: u64, fx: &mut Effects) -> Result<(), StoreError> {
+        for _ in 0..ROUNDS {
+            let mut call = self.prepare(&self.due);
+            call.arg(now).arg(SWEEP_BATCH);
+            let r: Vec<Option<String>> = self.invoke(&call).await?;
+            let Some(Some(pending)) = r.first() else {
+                return Err(bad("sweep: no count"));
+            };
+            self.saw_pending(number(pending)?);
+            let due = &r[1..];
+            let mut changed = false;
+            for row in due.chunks(5) {
+                let f = |i: usize| row.get(i).and_then(Option::as_deref);
+                let id = f(0).unwrap_or_default();
+                let mut expire = self.prepare(&self.expire);
+                expire.arg(id);
+                let expired = match approval(f(1), f(2), f(3), f(4)) {
+                    Ok(mut a) => {
+                        let read = a.version;
+                        a.state = State::Expired;
+                        a.version += 1;
+                        expire
+                            .arg(read)
+                            .arg(a.binding.call_key())
+                            .arg(hashed(&a.binding.principal))
+                            .arg(event_json("approval.expired", &a))
+                            .arg(ms(KEEP));
+                        Some(a)
+                    }
+                    // The request is gone: only its place in the index.
+                    Err(_) if f(1).is_none() => {
+                        expire.arg("-").arg("-").arg("-").arg("-").arg(ms(KEEP));
+                        None
+                    }
+                    Err(e) => {
+                        // Not this agent's to read (another version's?): left as it is.
+                        tracing::warn!(approval = id, error = %e, "cannot expire an approval request");
+                        continue;
+                    }
+                };
+                expire.arg(MAX_HISTORY).arg(MAX_EVENTS);
+                let out: Vec<i64> = self.invoke(&expire).await?;
+                match (out.first(), expired) {
+                    (Some(1), Some(a)) => {
+                        self.saw_pending(out.get(1).copied().unwrap_or(0));
+                        fx.records.push(record("expired", &a, json!({})));
+                        fx.expired += 1;
+                    }
+                    (Some(-1), _) => changed = true,
+                    _ => {}
+                }
+            }
+            if due.len() < SWEEP_BATCH * 5 && !changed {
+                return Ok(());
+            }
+        }
+        // Requests that kept changing stay due: the next operation expires them.
+        Ok(())
+    }
+
+    /// The grants under `keys`, in the order a call tries them, and the
+    /// grants' sequence as read.
+    async fn load(&self, keys: &[String], now: u64) -> Result<(String, Vec<Loaded>), StoreError> {
+        let mut call = self.prepare(&self.load);
+        call.arg(now);
+        for k in keys {
+            call.arg(k);
+        }
+        let (seq, rows): (String, Vec<Vec<Option<String>>>) = self.invoke(&call).await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            let f = |i: usize| row.get(i).and_then(Option::as_deref);
+            let key = f(0).and_then(|k| k.parse::<usize>().ok()).unwrap_or(1) - 1;
+            let grant: StoredGrant =
+                serde_json::from_str(f(2).unwrap_or_default()).map_err(|e| bad(format!("a grant's JSON: {e}")))?;
+            out.push(Loaded {
+                key,
+                id: f(1).unwrap_or_default().to_string(),
+                grant,
+                approval: approval(f(3), f(4), f(5), f(6))?,
+            });
+        }
+        Ok((seq, out))
+    }
+
+    /// Decides a call that an `approve` rule named `rule` governs (as
+    /// [`super::store::Store::check`]).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn check(
+        &self,
+        binding: CallBinding,
+        args: &Value,
+        preview: Value,
+        rule: &str,
+        terms: &ApprovalRule,
+        new_id: impl FnOnce() -> String,
+        now: u64,
+        fx: &mut Effects,
+    ) -> Result<Check, StoreError> {
+        let call = binding.call_key();
+        let mut keys = vec![call.clone()];
+        keys.extend(binding.session_key());
+        keys.push(binding.tool_key());
+        let expires_ms = now.saturating_add(ms(terms.ttl));
+        let fresh = Approval {
+            id: new_id(),
+            state: State::Pending,
+            binding,
+            preview,
+            rule: rule.to_string(),
+            terms: terms.clone(),
+            created_ms: now,
+            expires_ms,
+            attempts: 1,
+            version: 1,
+            decision: None,
+        };
+        let fresh_json = to_json(&fresh)?;
+        let principal = hashed(&fresh.binding.principal);
+        for _ in 0..ROUNDS {
+            self.sweep(now, fx).await?;
+            let (seq, grants) = self.load(&keys, now).await?;
+            // The first grant that covers the call, key by key, in order.
+            let found = grants.into_iter().find_map(|g| match g.grant.kind {
+                GrantKind::AllowConstrained => {
+                    let rewritten = g.grant.constraints.as_ref().and_then(|c| c.apply(args))?;
+                    let changed = (&rewritten != args).then_some(rewritten);
+                    Some((g, changed))
+                }
+                _ => Some((g, None)),
+            });
+            if let Some((g, rewritten)) = found {
+                let a = g.approval;
+                if g.grant.kind == GrantKind::Deny {
+                    fx.records.push(record("refused", &a, json!({"grant": "deny"})));
+                    return Ok(Check::Denied {
+                        id: g.id,
+                        reason: g.grant.reason,
+                        alternative: g.grant.alternative,
+                    });
+                }
+                let mut extra = json!({"grant": g.grant.kind.as_str(), "call_digest": fresh.binding.args_digest});
+                if let Some(r) = &rewritten {
+                    extra["rewritten_digest"] = json!(super::binding::digest(r));
+                }
+                if g.grant.kind == GrantKind::AllowOnce {
+                    let mut done = a.clone();
+                    done.state = State::Consumed;
+                    done.version += 1;
+                    let mut take = self.prepare(&self.consume);
+                    take.arg(&g.id)
+                        .arg(a.version)
+                        .arg(&seq)
+                        .arg(&keys[g.key])
+                        .arg(event_json("approval.consumed", &done))
+                        .arg(ms(KEEP))
+                        .arg(MAX_EVENTS);
+                    let took: i64 = self.invoke(&take).await?;
+                    if took != 1 {
+                        // Another call took it, or the grants changed.
+                        continue;
+                    }
+                    fx.records.push(record("released", &done, extra));
+                } else {
+                    fx.records.push(record("released", &a, extra));
+                }
+                return Ok(Check::Granted {
+                    approval: g.id,
+                    grant: g.grant.kind,
+                    args: rewritten,
+                });
+            }
+            let mut ask = self.prepare(&self.ask);
+            ask.arg(now)
+                .arg(&seq)
+                .arg(&call)
+                .arg(&principal)
+                .arg(self.limits.per_principal)
+                .arg(self.limits.total)
+                .arg(&fresh.id)
+                .arg(&fresh_json)
+                .arg(expires_ms)
+                .arg(now)
+                .arg(event_json("approval.requested", &fresh))
+                .arg(MAX_EVENTS);
+            let out: Vec<String> = self.invoke(&ask).await?;
+            let field = |i: usize| out.get(i).map(String::as_str).unwrap_or_default();
+            match field(0) {
+                "again" | "created" => {
+                    self.saw_pending(number(field(3))?);
+                    let created = field(0) == "created";
+                    if created {
+                        fx.records.push(record(
+                            "requested",
+                            &fresh,
+                            json!({"rule": fresh.rule, "expires_ms": expires_ms, "session": fresh.binding.session}),
+                        ));
+                    }
+                    return Ok(Check::Pending {
+                        id: field(1).to_string(),
+                        created,
+                        expires_ms: number(field(2))?,
+                    });
+                }
+                "limited" => {
+                    return Ok(Check::Limited(if field(1) == "principal" {
+                        "principal"
+                    } else {
+                        "total"
+                    }))
+                }
+                _ => continue,
+            }
+        }
+        Err(bad("the approvals kept changing under this call: try again"))
+    }
+
+    /// One request, as `viewer` may see it.
+    pub async fn get(&self, id: &str, viewer: &Caller, now: u64, fx: &mut Effects) -> Result<Approval, Refused> {
+        self.sweep(now, fx).await?;
+        match self.read(id).await? {
+            Some((a, _)) if may_view(&a, viewer) => Ok(a),
+            // Not told apart from an unknown id: ids are not to be probed.
+            _ => Err(unknown(id)),
+        }
+    }
+
+    /// The requests `viewer` may see, newest first, filtered, and the
+    /// newest event's id.
+    pub async fn list(
+        &self,
+        viewer: &Caller,
+        filter: &Filter<'_>,
+        now: u64,
+        fx: &mut Effects,
+    ) -> Result<(Vec<Value>, u64), Refused> {
+        self.sweep(now, fx).await?;
+        let call = self.prepare(&self.list);
+        let (last, rows): (String, Vec<Vec<Option<String>>>) = self.invoke(&call).await.map_err(StoreError::from)?;
+        let mut out = Vec::new();
+        for row in rows {
+            let f = |i: usize| row.get(i).and_then(Option::as_deref);
+            let a = approval(f(1), f(2), f(3), f(4))?;
+            if may_view(&a, viewer) && filter.admits(&a) {
+                out.push(a);
+            }
+        }
+        out.sort_by(|a, b| b.created_ms.cmp(&a.created_ms).then(a.id.cmp(&b.id)));
+        let list = out.iter().take(500).map(Approval::to_json).collect();
+        Ok((list, number(&last)?))
+    }
+
+    /// An approver's decision on request `id` (as [`super::store::Store::decide`]:
+    /// the same checks, in the same order).
+    pub async fn decide(
+        &self,
+        id: &str,
+        approver: &Caller,
+        body: DecideBody,
+        if_match: Option<&str>,
+        now: u64,
+        fx: &mut Effects,
+    ) -> Result<Value, Refused> {
+        for _ in 0..ROUNDS {
+            self.sweep(now, fx).await?;
+            let Some((a, _)) = self.read(id).await? else {
+                return Err(unknown(id));
+            };
+            let (key, expires_ms, who) = decision(&a, id, approver, &body, if_match, now)?;
+            let grant = StoredGrant {
+                kind: body.grant,
+                expires_ms,
+                constraints: body.constraints.clone(),
+                reason: body.reason.clone(),
+                alternative: body.alternative.clone(),
+            };
+            let mut done = a.clone();
+            done.state = if body.grant == GrantKind::Deny {
+                State::Denied
+            } else {
+                State::Allowed
+            };
+            done.version += 1;
+            done.decision = Some(Decided {
+                by: who.clone(),
+                grant: body.grant,
+                reason: body.reason.clone(),
+                alternative: body.alternative.clone(),
+                constraints: body.constraints.clone(),
+                at_ms: now,
+            });
+            // TTLs in whole ms, within what Redis takes (a rule may give a
+            // grant centuries).
+            let grant_ttl = expires_ms.saturating_sub(now).clamp(1, MAX_TTL_MS);
+            let mut call = self.prepare(&self.decide);
+            call.arg(id)
+                .arg(a.version)
+                .arg(grant_ttl)
+                .arg(a.binding.call_key())
+                .arg(hashed(&a.binding.principal))
+                .arg(&key)
+                .arg(to_json(&grant)?)
+                .arg(expires_ms)
+                .arg(to_json(&done)?)
+                .arg(done.state.as_str())
+                .arg(event_json("approval.decided", &done))
+                .arg(grant_ttl.saturating_add(ms(KEEP)).min(MAX_TTL_MS))
+                .arg(MAX_HISTORY)
+                .arg(MAX_EVENTS);
+            let out: Vec<i64> = self.invoke(&call).await.map_err(StoreError::from)?;
+            if out.first() != Some(&1) {
+                // Changed since read: read again.
+                continue;
+            }
+            self.saw_pending(out.get(1).copied().unwrap_or(0));
+            fx.records.push(record(
+                "decided",
+                &done,
+                json!({"by": who, "grant": body.grant.as_str(), "grant_expires_ms": expires_ms}),
+            ));
+            fx.decided = Some((body.grant, now.saturating_sub(a.created_ms)));
+            return Ok(done.to_json());
+        }
+        Err(bad(format!("approval {id} kept changing: try again")).into())
+    }
+
+    /// Revokes the standing grant that approval `id` gave.
+    pub async fn revoke(&self, id: &str, by: &Caller, now: u64, fx: &mut Effects) -> Result<Value, Refused> {
+        for _ in 0..ROUNDS {
+            self.sweep(now, fx).await?;
+            let Some((a, key)) = self.read(id).await? else {
+                return Err(unknown(id));
+            };
+            if !a.terms.approvers.admit(by) {
+                return Err(refused(
+                    403,
+                    "not_an_approver",
+                    format!("{} may not revoke approval {id}'s grant", principal(by)),
+                ));
+            }
+            let Some(key) = key else {
+                return Err(refused(409, "no_grant", format!("approval {id} has no standing grant")));
+            };
+            let mut done = a.clone();
+            done.state = State::Revoked;
+            done.version += 1;
+            let mut call = self.prepare(&self.revoke);
+            call.arg(id)
+                .arg(a.version)
+                .arg(&key)
+                .arg(event_json("approval.revoked", &done))
+                .arg(ms(KEEP))
+                .arg(MAX_EVENTS);
+            let out: i64 = self.invoke(&call).await.map_err(StoreError::from)?;
+            if out != 1 {
+                continue;
+            }
+            fx.records.push(record("revoked", &done, json!({"by": principal(by)})));
+            return Ok(done.to_json());
+        }
+        Err(bad(format!("approval {id} kept changing: try again")).into())
+    }
+
+    /// Events after `after`; `None` when some of them were already dropped.
+    pub async fn events_after(&self, after: u64, now: u64, fx: &mut Effects) -> Result<Option<Vec<Event>>, Refused> {
+        self.sweep(now, fx).await?;
+        let mut call = self.prepare(&self.events);
+        call.arg(after);
+        let (first, rows): (Option<String>, Vec<String>) = self.invoke(&call).await.map_err(StoreError::from)?;
+        if let Some(first) = first {
+            if after.saturating_add(1) < number(&first)? {
+                return Ok(None);
+            }
+        }
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            let (id, body) = row.split_once(' ').ok_or_else(|| bad("an event without its id"))?;
+            let ev: StoredEvent = serde_json::from_str(body).map_err(|e| bad(format!("an event's JSON: {e}")))?;
+            let kind = KINDS
+                .iter()
+                .find(|k| **k == ev.kind)
+                .ok_or_else(|| bad(format!("unknown event {:?}", ev.kind)))?;
+            out.push(Event::new(number(id)?, kind, ev.data, ev.approvers, ev.principal));
+        }
+        Ok(Some(out))
+    }
+}
+
+/// The JSON a script writes.
+fn to_json(v: &impl Serialize) -> Result<String, StoreError> {
+    serde_json::to_string(v).map_err(|e| bad(format!("JSON: {e}")))
+}
+
+fn unknown(id: &str) -> Refused {
+    refused(404, "unknown_approval", format!("no approval {id}"))
+}
+
+/// The checks of [`super::store::Store::decide`] on request `a`, in its
+/// order (404, 403, 409, 412, 400): the grant's key, its expiry and the
+/// approver's principal.
+fn decision(
+    a: &Approval,
+    id: &str,
+    approver: &Caller,
+    body: &DecideBody,
+    if_match: Option<&str>,
+    now: u64,
+) -> Result<(String, u64, String), Refused> {
+    if !may_view(a, approver) {
+        return Err(unknown(id));
+    }
+    let who = principal(approver);
+    if !a.terms.approvers.admit(approver) {
+        return Err(refused(
+            403,
+            "not_an_approver",
+            format!("{who} may not decide approval {id} (rule {})", a.rule),
+        ));
+    }
+    if who == a.binding.principal && !a.terms.self_approve {
+        return Err(refused(
+            403,
+            "self_approval",
+            format!("{who} asked for approval {id} and may not decide it (rule {})", a.rule),
+        ));
+    }
+    match a.state {
+        State::Pending => {}
+        State::Expired => return Err(refused(409, "expired", format!("approval {id} expired undecided"))),
+        _ => {
+            return Err(refused(
+                409,
+                "already_decided",
+                format!("approval {id} was already decided ({})", a.state.as_str()),
+            ))
+        }
+    }
+    if let Some(tag) = if_match {
+        if tag.trim() != "*" && tag.trim() != a.etag() {
+            return Err(refused(
+                412,
+                "stale_view",
+                format!(
+                    "approval {id} changed since it was read (ETag {}): read it again",
+                    a.etag()
+                ),
+            ));
+        }
+    }
+    if !a.terms.grants.contains(&body.grant) {
+        return Err(refused(
+            400,
+            "grant_not_offered",
+            format!(
+                "rule {} does not offer {} for approval {id}",
+                a.rule,
+                body.grant.as_str()
+            ),
+        ));
+    }
+    match (body.grant, &body.constraints) {
+        (GrantKind::AllowConstrained, None) => {
+            return Err(refused(400, "bad_decision", "allow_constrained needs constraints"))
+        }
+        (GrantKind::AllowConstrained, Some(c)) => c.validate().map_err(|e| refused(400, "bad_decision", e))?,
+        (_, Some(_)) => {
+            return Err(refused(
+                400,
+                "bad_decision",
+                "constraints are only for allow_constrained",
+            ))
+        }
+        _ => {}
+    }
+    if body.grant == GrantKind::AllowSession && a.binding.session.is_none() {
+        return Err(refused(
+            400,
+            "no_session",
+            format!("approval {id}'s call has no session: allow_session cannot apply"),
+        ));
+    }
+    let long = |ttl_s: Option<u64>| {
+        let cap = ms(a.terms.always_max);
+        now.saturating_add(ttl_s.map_or(cap, |s| (s.saturating_mul(1000)).min(cap)))
+    };
+    let (key, expires_ms) = match body.grant {
+        GrantKind::AllowOnce => (a.binding.call_key(), now.saturating_add(ms(a.terms.ttl))),
+        GrantKind::Deny => (a.binding.call_key(), a.expires_ms.max(now.saturating_add(1))),
+        GrantKind::AllowSession => (
+            a.binding.session_key().unwrap_or_default(),
+            now.saturating_add(ms(a.terms.always_max)),
+        ),
+        GrantKind::AllowAlways | GrantKind::AllowConstrained => (a.binding.tool_key(), long(body.ttl_s)),
+    };
+    Ok((key, expires_ms, who))
+}
