@@ -87,13 +87,13 @@ if [ -z "$first" ] || [ $(( last - first )) -lt 800 ]; then
   fail=1
 fi
 
-token() { # role -> HS256 JWT signed with DEMO_JWT_SECRET
-  python3 - "$1" <<'PY'
+token() { # role [sub, default demo-user] -> HS256 JWT signed with DEMO_JWT_SECRET
+  python3 - "$1" "${2:-demo-user}" <<'PY'
 import base64, hashlib, hmac, json, os, sys, time
 b64 = lambda b: base64.urlsafe_b64encode(b).rstrip(b"=").decode()
 head = b64(json.dumps({"alg": "HS256", "typ": "JWT"}).encode())
 now = int(time.time())
-body = b64(json.dumps({"sub": "demo-user", "iss": "https://auth.example.com", "aud": "api-service",
+body = b64(json.dumps({"sub": sys.argv[2], "iss": "https://auth.example.com", "aud": "api-service",
                        "roles": [sys.argv[1]], "iat": now, "exp": now + 300}).encode())
 secret = os.environ.get("DEMO_JWT_SECRET", "demo-secret-change-me").encode()
 sig = b64(hmac.new(secret, f"{head}.{body}".encode(), hashlib.sha256).digest())
@@ -215,6 +215,139 @@ for want in '"step": ?"card", ?"skills": ?\["echo", ?"summarize"\], ?"interfaces
     fail=1
   fi
 done
+
+# Approvals (docs/approvals.md): on /mcp, a delete_file by a caller with the
+# `agent` role needs a person with the `approver` role. The call is answered
+# -32042 (URL elicitation required) with the approval page's URL and the
+# approval's id; an approver decides in the API (or on the page at that
+# URL); the same call, retried, then passes or is refused. The MCP client is
+# the official Python SDK (tests/mcp/approval_client.py, declaring URL
+# elicitation). The paths carry this run's time, so that the demo can run
+# again while the first run's decisions still stand.
+AGENT_JWT=$(token agent demo-agent)
+APPROVER_JWT=$(token approver demo-approver)
+stamp=$(date +%s)
+approval_call() { # PATH: delete_file PATH as the agent; prints the outcome line
+  .venv/bin/python tests/mcp/approval_client.py "$ENVOY/mcp" \
+    "{\"authorization\": \"Bearer $AGENT_JWT\"}" \
+    "{\"url_elicitation\": true, \"mode\": \"legacy\", \"tool\": \"delete_file\", \"arguments\": {\"path\": \"$1\"}}" \
+    </dev/null 2>>"$RUN/logs/demo-approval-client.log" | grep -v '"notification"' | tail -n 1
+}
+show_call() { # NAME PATH: prints the call and leaves its outcome in $call_out
+  printf '\n# %s\n$ .venv/bin/python tests/mcp/approval_client.py %s/mcp <JWT role agent> '"'"'%s'"'"'\n' \
+    "$1" "$ENVOY" "{\"url_elicitation\": true, \"tool\": \"delete_file\", \"arguments\": {\"path\": \"$2\"}}"
+  call_out=$(approval_call "$2")
+  printf '%s\n' "$call_out"
+}
+approval_of() { # the approval id of a -32042 outcome line (stdin); empty if none
+  python3 -c '
+import json, sys
+try:
+    v = json.loads(sys.stdin.read())
+except ValueError:
+    sys.exit(0)
+e = v.get("elicitation") or {}
+if v.get("code") == -32042 and e.get("mode") == "url" and str(e.get("url", "")).endswith("/approvals/page#id=" + str(e.get("elicitationId"))):
+    print(e["elicitationId"])'
+}
+api() { # NAME METHOD PATH WHO JWT [BODY]: one approvals API request; $api_status, $api_body
+  local name=$1 method=$2 path=$3 who=$4 jwt=$5 body=${6:-} out
+  local args=(-sS -w '\n%{http_code}' -X "$method" -H "Authorization: Bearer $jwt")
+  printf '\n# %s\n$ curl -X %s -H "Authorization: Bearer <JWT %s>"' "$name" "$method" "$who"
+  if [ -n "$body" ]; then
+    args+=(-H 'content-type: application/json' -d "$body")
+    printf " -H 'content-type: application/json' -d '%s'" "$body"
+  fi
+  printf ' %s\n' "$ENVOY$path"
+  out=$(curl "${args[@]}" "$ENVOY$path")
+  api_status=${out##*$'\n'}
+  api_body=${out%$'\n'*}
+  printf '%s\n' "$api_body" | python3 -c '
+import json, sys
+text = sys.stdin.read()
+try:
+    v = json.loads(text)
+except ValueError:
+    print(text[:300]); sys.exit(0)
+keys = ("id", "state", "principal", "route", "target", "args_preview", "grants", "decision")
+for a in v.get("approvals", [v]) if isinstance(v, dict) else [v]:
+    if not isinstance(a, dict) or "id" not in a:
+        print(json.dumps(a)); continue
+    d = {k: a[k] for k in keys if a.get(k) is not None}
+    if "decision" in d:
+        d["decision"] = {k: x for k, x in d["decision"].items() if x is not None and k != "at_ms"}
+    print(json.dumps(d))'
+  printf -- '-> HTTP %s\n' "$api_status"
+}
+expect() { # WHAT PATTERN TEXT
+  if ! printf '%s' "$3" | grep -qE -- "$2"; then
+    echo "   UNEXPECTED: $1: wanted /$2/"
+    fail=1
+  fi
+}
+
+path1=/srv/data/reports/q3-$stamp.csv
+show_call "An agent deletes a file: held for approval (-32042, the approval page's URL and the approval's id)" "$path1"
+id1=$(printf '%s' "$call_out" | approval_of)
+[ -n "$id1" ] || { echo "   UNEXPECTED: wanted a -32042 URL elicitation naming /approvals/page#id=<id>"; fail=1; }
+check "The approval page at that URL (no credential: it holds no data; not to be framed)" 200 "content-security-policy: .*frame-ancestors 'none'" -- \
+  -i "$ENVOY/approvals/page"
+api "An approver lists the pending approvals: the caller, the tool, the redacted arguments" \
+  GET "/approvals?state=pending" "role approver" "$APPROVER_JWT"
+expect "the pending list" '^200$' "$api_status"
+listed=$(printf '%s' "$api_body" | python3 -c '
+import json, sys
+for a in json.load(sys.stdin).get("approvals", []):
+    if a.get("id") == sys.argv[1]:
+        print(a.get("state"), a.get("principal"), a.get("target"), json.dumps(a.get("args_preview")))' "${id1:-none}" 2>/dev/null)
+expect "the pending list" "^pending sub:demo-agent delete_file \\{\"path\": \"$path1\"\\}$" "$listed"
+api "The caller may not decide its own call (403)" \
+  POST "/approvals/${id1:-none}" "role agent" "$AGENT_JWT" '{"grant":"allow_once"}'
+expect "the caller's own decision" '^403$' "$api_status"
+api "The approver allows it once" \
+  POST "/approvals/${id1:-none}" "role approver" "$APPROVER_JWT" '{"grant":"allow_once"}'
+expect "allow_once" '^200$' "$api_status"
+expect "allow_once" '"state": ?"allowed"' "$api_body"
+show_call "The agent retries the same call: it passes" "$path1"
+expect "the approved call" "\"result\": ?\"deleted $path1\"" "$call_out"
+
+path2=/srv/data/reports/q2-$stamp.csv
+show_call "The agent deletes another file: held for approval again (an approval covers only the exact call)" "$path2"
+id2=$(printf '%s' "$call_out" | approval_of)
+[ -n "$id2" ] && [ "$id2" != "$id1" ] || { echo "   UNEXPECTED: wanted a -32042 with a new approval id"; fail=1; }
+api "The approver denies it, with a reason and an alternative" \
+  POST "/approvals/${id2:-none}" "role approver" "$APPROVER_JWT" \
+  '{"grant":"deny","reason":"q2 reports are kept until the audit","alternative":"move it to /srv/data/archive"}'
+expect "deny" '^200$' "$api_status"
+expect "deny" '"state": ?"denied"' "$api_body"
+show_call "The agent retries: refused, with the approver's reason (-32001)" "$path2"
+expect "the denied call" '"code": ?-32001, ?"message": ?"delete_file denied by an approver: q2 reports are kept until the audit"' "$call_out"
+expect "the denied call" '"reason": ?"approval_denied"' "$call_out"
+
+journal=$RUN/audit/approvals.jsonl
+printf '\n# The approvals journal: each step, hash-chained (its lines in short)\n$ grep -E "%s|%s" %s\n' "${id1:-none}" "${id2:-none}" "$journal"
+steps=$(python3 - "$journal" "${id1:-none}" "${id2:-none}" <<'PY'
+import json, sys
+path, ids = sys.argv[1], sys.argv[2:]
+try:
+    lines = open(path).read().splitlines()
+except OSError as e:
+    print(e); sys.exit(0)
+for line in lines:
+    r = json.loads(line)
+    if r.get("approval_id") in ids:
+        extra = " ".join(f"{k}={r[k]}" for k in ("by", "grant", "status") if r.get(k))
+        call = f"{r['principal']} {r['target']} args {r['args_digest'][:12]}…" if "args_digest" in r else ""
+        print(f"  seq {r['seq']}: {r['event']:<9} {r['approval_id'][:12]}… {call} {extra}".replace("  ", " ").rstrip())
+PY
+)
+printf '%s\n' "$steps"
+printf '$ reference-agents guardrail verify-audit %s\n' "$journal"
+verified=$("${PE_BIN:-target/quick-release}/reference-agents" guardrail verify-audit "$journal" 2>&1)
+printf '%s\n' "$verified"
+expect "the journal" "requested +${id1:0:12}.*decided +${id1:0:12}.*by=sub:demo-approver grant=allow_once.*released +${id1:0:12}.*executed +${id1:0:12}" "$(printf '%s' "$steps" | tr '\n' ' ')"
+expect "the journal" "requested +${id2:0:12}.*decided +${id2:0:12}.*grant=deny.*refused +${id2:0:12}" "$(printf '%s' "$steps" | tr '\n' ' ')"
+expect "the journal" '^ok: .*chain intact' "$verified"
 
 # An agent runtime's model route (planner-agent): the request declares the
 # tools; the demo model plans a read_file call on the path the user names.

@@ -44,6 +44,8 @@ fn routes() -> String {
           params: {JWT}
         - policy: mcpToolAuthorization
           params: {{rules: {RULES}}}
+      response_policy_chain:
+        - policy: approvalOutcome
     - route_name: approvals-page
       request_policy_chain:
         - policy: approvals
@@ -486,9 +488,14 @@ async fn an_mcp_call_waits_for_a_person_and_only_the_approved_call_runs() {
         .filter(|r: &Value| r["approval_id"] == id.as_str())
         .collect();
     let kinds: Vec<&str> = events.iter().filter_map(|r| r["event"].as_str()).collect();
-    assert_eq!(kinds, ["requested", "decided", "released"], "{events:?}");
+    assert_eq!(kinds, ["requested", "decided", "released", "executed"], "{events:?}");
+    assert_eq!(
+        events[3]["status"], 200,
+        "the server's answer to the released call: {events:?}"
+    );
+    assert!(events.iter().all(|r| r["at_ms"].as_u64().is_some()), "{events:?}");
     assert!(
-        events.iter().all(|r| r["args_digest"] == item["args_digest"]),
+        events[..3].iter().all(|r| r["args_digest"] == item["args_digest"]),
         "{events:?}"
     );
     assert_eq!(events[1]["by"], "sub:bob");

@@ -24,6 +24,7 @@ pub mod api;
 pub mod binding;
 pub mod constraints;
 pub mod metrics;
+pub mod outcome;
 mod preview;
 pub mod redis_store;
 mod rule;
@@ -136,13 +137,33 @@ impl Approvals {
             Backend::Redis(r) => r.pending(),
         });
         if let Some(j) = self.journal.get() {
-            for r in fx.records {
+            let at = now_ms();
+            for mut r in fx.records {
+                r.entry("at_ms").or_insert_with(|| at.into());
                 j.append(r)
                     .await
                     .map_err(|e| PolicyError::new(format!("approvals journal: {e}")))?;
             }
         }
         Ok(())
+    }
+
+    /// Records that the call approval `id` let through was answered by the
+    /// server with `status` (the `approvals` policy in the route's
+    /// response chain), so the journal tells a released call that ran from
+    /// one that never did.
+    pub async fn executed(&self, id: &str, grant: &str, status: u16, route: &str) -> Result<(), PolicyError> {
+        let mut r = serde_json::Map::new();
+        r.insert("event".into(), "executed".into());
+        r.insert("approval_id".into(), id.into());
+        r.insert("grant".into(), grant.into());
+        r.insert("status".into(), status.into());
+        r.insert("route".into(), route.into());
+        self.finish(Effects {
+            records: vec![r],
+            ..Effects::default()
+        })
+        .await
     }
 
     /// Decides a call governed by `approve` rule `rule` with `terms`:

@@ -21,7 +21,7 @@ use std::process::ExitCode;
 
 use super::approvals::ApprovalArgs;
 use crate::a2a::{A2aAuthorization, A2aCardFilter, A2aTaskOwnership, A2aUrlGuard};
-use crate::approvals::api::ApprovalsApi;
+use crate::approvals::{api::ApprovalsApi, outcome::ApprovalOutcome};
 use crate::sessions::SessionStore;
 use crate::tool::{
     McpServerRequestGuard, McpToolAuthorization, McpToolFilter, ToolArgumentGuard, ToolSchemaValidation,
@@ -73,6 +73,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let builder = Agent::builder("tool-agent", env!("CARGO_PKG_VERSION"))
         .policy(McpToolAuthorization::with_approvals(approvals.clone()))
         .policy(ApprovalsApi::new(approvals.clone()))
+        .policy(ApprovalOutcome::new(approvals.clone()))
         .policy(McpToolFilter::new())
         .policy(ToolArgumentGuard::new())
         .policy(ToolSchemaValidation::new())
