@@ -26,6 +26,7 @@ pub mod constraints;
 pub mod metrics;
 pub mod outcome;
 mod preview;
+mod redis_scripts;
 pub mod redis_store;
 mod rule;
 pub mod store;
