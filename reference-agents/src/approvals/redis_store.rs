@@ -59,8 +59,8 @@ use super::redis_scripts::{
 };
 use super::rule::{ApprovalRule, Approvers, GrantKind};
 use super::store::{
-    may_view, record, refused, Approval, Check, DecideBody, Decided, Effects, Event, Filter, Limits, Refused, State,
-    MAX_EVENTS, MAX_HISTORY,
+    decision, may_view, record, refused, Approval, Check, DecideBody, Decided, Effects, Event, Filter, Limits, Refused,
+    State, MAX_EVENTS, MAX_HISTORY,
 };
 use crate::rules::Caller;
 use policy_agents::{Deny, PolicyError};
@@ -691,104 +691,4 @@ fn to_json(v: &impl Serialize) -> Result<String, StoreError> {
 
 fn unknown(id: &str) -> Refused {
     refused(404, "unknown_approval", format!("no approval {id}"))
-}
-
-/// The checks of [`super::store::Store::decide`] on request `a`, in its
-/// order (404, 403, 409, 412, 400): the grant's key, its expiry and the
-/// approver's principal.
-fn decision(
-    a: &Approval,
-    id: &str,
-    approver: &Caller,
-    body: &DecideBody,
-    if_match: Option<&str>,
-    now: u64,
-) -> Result<(String, u64, String), Refused> {
-    if !may_view(a, approver) {
-        return Err(unknown(id));
-    }
-    let who = principal(approver);
-    if !a.terms.approvers.admit(approver) {
-        return Err(refused(
-            403,
-            "not_an_approver",
-            format!("{who} may not decide approval {id} (rule {})", a.rule),
-        ));
-    }
-    if who == a.binding.principal && !a.terms.self_approve {
-        return Err(refused(
-            403,
-            "self_approval",
-            format!("{who} asked for approval {id} and may not decide it (rule {})", a.rule),
-        ));
-    }
-    match a.state {
-        State::Pending => {}
-        State::Expired => return Err(refused(409, "expired", format!("approval {id} expired undecided"))),
-        _ => {
-            return Err(refused(
-                409,
-                "already_decided",
-                format!("approval {id} was already decided ({})", a.state.as_str()),
-            ))
-        }
-    }
-    if let Some(tag) = if_match {
-        if tag.trim() != "*" && tag.trim() != a.etag() {
-            return Err(refused(
-                412,
-                "stale_view",
-                format!(
-                    "approval {id} changed since it was read (ETag {}): read it again",
-                    a.etag()
-                ),
-            ));
-        }
-    }
-    if !a.terms.grants.contains(&body.grant) {
-        return Err(refused(
-            400,
-            "grant_not_offered",
-            format!(
-                "rule {} does not offer {} for approval {id}",
-                a.rule,
-                body.grant.as_str()
-            ),
-        ));
-    }
-    match (body.grant, &body.constraints) {
-        (GrantKind::AllowConstrained, None) => {
-            return Err(refused(400, "bad_decision", "allow_constrained needs constraints"))
-        }
-        (GrantKind::AllowConstrained, Some(c)) => c.validate().map_err(|e| refused(400, "bad_decision", e))?,
-        (_, Some(_)) => {
-            return Err(refused(
-                400,
-                "bad_decision",
-                "constraints are only for allow_constrained",
-            ))
-        }
-        _ => {}
-    }
-    if body.grant == GrantKind::AllowSession && a.binding.session.is_none() {
-        return Err(refused(
-            400,
-            "no_session",
-            format!("approval {id}'s call has no session: allow_session cannot apply"),
-        ));
-    }
-    let long = |ttl_s: Option<u64>| {
-        let cap = ms(a.terms.always_max);
-        now.saturating_add(ttl_s.map_or(cap, |s| (s.saturating_mul(1000)).min(cap)))
-    };
-    let (key, expires_ms) = match body.grant {
-        GrantKind::AllowOnce => (a.binding.call_key(), now.saturating_add(ms(a.terms.ttl))),
-        GrantKind::Deny => (a.binding.call_key(), a.expires_ms.max(now.saturating_add(1))),
-        GrantKind::AllowSession => (
-            a.binding.session_key().unwrap_or_default(),
-            now.saturating_add(ms(a.terms.always_max)),
-        ),
-        GrantKind::AllowAlways | GrantKind::AllowConstrained => (a.binding.tool_key(), long(body.ttl_s)),
-    };
-    Ok((key, expires_ms, who))
 }
