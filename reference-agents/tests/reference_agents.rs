@@ -182,6 +182,8 @@ async fn tool_agent_governs_mcp_calls() {
         policy_names(&agent).await,
         [
             "mcpToolAuthorization",
+            "approvals",
+            "approvalOutcome",
             "mcpToolFilter",
             "toolArgumentGuard",
             "toolSchemaValidation",
@@ -282,6 +284,7 @@ async fn planner_agent_serves_the_planner_workers() {
         [
             ("planCritic".to_string(), both, true, false),
             ("planCriticStream".to_string(), both, true, true),
+            ("approvals".to_string(), request, true, false),
             ("untrustedInput".to_string(), request, true, false),
             ("futilityGuard".to_string(), request, true, false),
             ("contextBudget".to_string(), both, true, false),
