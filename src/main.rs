@@ -193,6 +193,9 @@ fn runtime(threads: u16) -> std::io::Result<tokio::runtime::Runtime> {
 }
 
 async fn serve(path: PathBuf, mut cfg: config::KernelConfig, mut inherited: Option<Inherited>) -> anyhow::Result<()> {
+    // Before anything is bound: a SIGHUP sent as soon as the kernel answers
+    // must reload it, not end it.
+    let hup = reload::hangup().context("installing the SIGHUP handler")?;
     telemetry::init_logging(&cfg.observability.log_level);
     telemetry::tracing::init(&cfg.observability.tracing)?;
     let addr = cfg.server.tcp_addr();
@@ -247,7 +250,7 @@ async fn serve(path: PathBuf, mut cfg: config::KernelConfig, mut inherited: Opti
             .context("binding the metrics port")?;
         tracing::info!(address = %at, "metrics and health endpoints");
     }
-    reload::spawn_sighup(kernel.clone(), path, management.clone())?;
+    reload::spawn_sighup(hup, kernel.clone(), path, management.clone())?;
 
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let draining = std::sync::Arc::new(tokio::sync::Notify::new());

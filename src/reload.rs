@@ -11,7 +11,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use tokio::signal::unix::{signal, SignalKind};
+use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::Notify;
 
 use crate::config;
@@ -41,15 +41,22 @@ pub async fn reload_file(kernel: &Arc<Kernel>, path: &std::path::Path) -> Option
     }
 }
 
-/// Spawns the SIGHUP listener and the reload worker. With the management
-/// API on, a reload goes through it: the file, with the persisted API
-/// changes on top.
+/// The SIGHUP handler, installed now: call it before anything is bound, so
+/// that a SIGHUP sent once the kernel is reachable reloads it (kept until
+/// [`spawn_sighup`] runs) instead of ending it (the signal's default).
+pub fn hangup() -> std::io::Result<Signal> {
+    signal(SignalKind::hangup())
+}
+
+/// Spawns the SIGHUP listener (on `hup`, from [`hangup`]) and the reload
+/// worker. With the management API on, a reload goes through it: the file,
+/// with the persisted API changes on top.
 pub fn spawn_sighup(
+    mut hup: Signal,
     kernel: Arc<Kernel>,
     path: PathBuf,
     management: Option<Arc<crate::management::Management>>,
 ) -> std::io::Result<()> {
-    let mut hup = signal(SignalKind::hangup())?;
     let pending = Arc::new(Notify::new());
     let worker = Arc::clone(&pending);
     tokio::spawn(async move {
