@@ -104,8 +104,12 @@ impl Output {
             b.bytes.extend_from_slice(line);
             return;
         } else {
-            b.dropped += 1;
-            (self.on_drop)();
+            // A thread's held lines come as one write: each is counted.
+            let lines = line.iter().filter(|&&c| c == b'\n').count().max(1);
+            b.dropped += lines as u64;
+            for _ in 0..lines {
+                (self.on_drop)();
+            }
             return;
         }
         // The backlog just started: hand it to the background writer.
@@ -342,6 +346,23 @@ mod tests {
     }
 
     /// A reader that is gone: lines are discarded, never waited for.
+    #[test]
+    fn lines_dropped_together_are_each_counted() {
+        let (mut r, w) = pipe();
+        // Not `test_output`: its counter is another test's.
+        let out: &'static Output = Box::leak(Box::new(Output::new(w, |n| format!("dropped: {n}\n"))));
+        // Fill the pipe and the backlog, then drop three lines in one write.
+        let filler = line(0);
+        let three = format!("{}{}{}", line(1), line(2), line(3));
+        while out.lock().bytes.len() + three.len() <= BACKLOG_MAX {
+            out.write_line(filler.as_bytes());
+        }
+        let dropped_before = out.lock().dropped;
+        out.write_line(three.as_bytes());
+        assert_eq!(out.lock().dropped, dropped_before + 3);
+        drop(r.read(&mut [0u8; 1]));
+    }
+
     #[test]
     fn a_closed_reader_discards_lines() {
         let (reader, fd) = pipe();
