@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use super::call::Call;
 use super::errors::{Kind, Refusal};
-use crate::approvals::{Approvals, CallBinding, Check};
+use crate::approvals::{Approvals, Check};
 use crate::rules::{ApprovalNeed, Caller};
 use policy_agents::{PolicyError, RequestContext};
 
@@ -30,16 +30,9 @@ pub(super) async fn check(
     call: &Call,
     skill: &str,
 ) -> Result<Check, PolicyError> {
-    let Some(approvals) = approvals else {
-        return Err(PolicyError::new(format!(
-            "rule {} needs approval, but this agent keeps no approvals",
-            need.rule
-        )));
-    };
     let args = arguments(call);
     let session = call.message().and_then(|m| m.get("contextId")).and_then(Value::as_str);
-    let binding = CallBinding::new(caller, ctx.metadata, &ctx.request, &call.method, skill, &args, session);
-    approvals.check(binding, &args, need.rule, need.terms).await
+    crate::approvals::check_call(approvals, need, caller, ctx, &call.method, skill, &args, session).await
 }
 
 /// The refusal for a check that did not grant, and the HTTP status it

@@ -23,6 +23,7 @@
 pub mod api;
 pub mod binding;
 pub mod constraints;
+mod decision;
 pub mod metrics;
 pub mod outcome;
 mod preview;
@@ -279,6 +280,30 @@ impl Approvals {
         self.finish(fx).await.map_err(journal_refusal)?;
         Ok(out?.map(|evs| evs.into_iter().filter(|e| e.visible_to(viewer)).collect()))
     }
+}
+
+/// Checks a call that `need` governs, by `caller` through the request of
+/// `ctx`, with its `method`, `target`, `args` and `session`; fails (closed)
+/// when the policy was given no approvals.
+#[allow(clippy::too_many_arguments)]
+pub async fn check_call(
+    approvals: Option<&Approvals>,
+    need: &crate::rules::ApprovalNeed<'_>,
+    caller: &Caller,
+    ctx: &policy_agents::RequestContext<'_>,
+    method: &str,
+    target: &str,
+    args: &Value,
+    session: Option<&str>,
+) -> Result<Check, PolicyError> {
+    let Some(approvals) = approvals else {
+        return Err(PolicyError::new(format!(
+            "rule {} needs approval, but this agent keeps no approvals",
+            need.rule
+        )));
+    };
+    let binding = CallBinding::new(caller, ctx.metadata, &ctx.request, method, target, args, session);
+    approvals.check(binding, args, need.rule, need.terms).await
 }
 
 /// The approval page of a route's policy: param `approval_page`, or

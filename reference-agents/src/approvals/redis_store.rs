@@ -54,13 +54,14 @@ use sha2::{Digest, Sha256};
 
 use super::binding::{principal, CallBinding};
 use super::constraints::Constraints;
+use super::decision::decision;
 use super::redis_scripts::{
     ASK_LUA, CONSUME_LUA, DECIDE_LUA, DUE_LUA, EVENTS_LUA, EXPIRE_LUA, FIXED, LIST_LUA, LOAD_LUA, PRELUDE, REVOKE_LUA,
 };
 use super::rule::{ApprovalRule, Approvers, GrantKind};
 use super::store::{
-    decision, may_view, record, refused, Approval, Check, DecideBody, Decided, Effects, Event, Filter, Limits, Refused,
-    State, MAX_EVENTS, MAX_HISTORY,
+    may_view, record, refused, Approval, Check, DecideBody, Effects, Event, Filter, Limits, Refused, State, MAX_EVENTS,
+    MAX_HISTORY,
 };
 use crate::rules::Caller;
 use policy_agents::{Deny, PolicyError};
@@ -573,20 +574,7 @@ impl RedisApprovals {
                 alternative: body.alternative.clone(),
             };
             let mut done = a.clone();
-            done.state = if body.grant == GrantKind::Deny {
-                State::Denied
-            } else {
-                State::Allowed
-            };
-            done.version += 1;
-            done.decision = Some(Decided {
-                by: who.clone(),
-                grant: body.grant,
-                reason: body.reason.clone(),
-                alternative: body.alternative.clone(),
-                constraints: body.constraints.clone(),
-                at_ms: now,
-            });
+            done.apply_decision(&who, &body, now);
             // TTLs in whole ms, within what Redis takes (a rule may give a
             // grant centuries).
             let grant_ttl = expires_ms.saturating_sub(now).clamp(1, MAX_TTL_MS);

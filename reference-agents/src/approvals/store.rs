@@ -16,6 +16,7 @@ use serde_json::{json, Map, Value};
 
 use super::binding::CallBinding;
 use super::constraints::Constraints;
+use super::decision::decision;
 use super::rule::{ApprovalRule, Approvers, GrantKind};
 use crate::rules::Caller;
 
@@ -607,20 +608,7 @@ impl Store {
         let Some(a) = self.approvals.get_mut(id) else {
             return Err(refused(404, "unknown_approval", format!("no approval {id}")));
         };
-        a.state = if body.grant == GrantKind::Deny {
-            State::Denied
-        } else {
-            State::Allowed
-        };
-        a.version += 1;
-        a.decision = Some(Decided {
-            by: who.clone(),
-            grant: body.grant,
-            reason: body.reason,
-            alternative: body.alternative,
-            constraints: body.constraints,
-            at_ms: now,
-        });
+        a.apply_decision(&who, &body, now);
         fx.records.push(record(
             "decided",
             a,
@@ -701,104 +689,4 @@ pub fn approvers_of_roles(roles: &[&str]) -> Approvers {
         roles_any: roles.iter().map(|s| s.to_string()).collect(),
         ..Approvers::default()
     }
-}
-
-/// The checks of a decision on request `a`, in order (404, 403, 409, 412,
-/// 400), for both stores: the grant's key, its expiry and the approver's
-/// principal.
-pub(super) fn decision(
-    a: &Approval,
-    id: &str,
-    approver: &Caller,
-    body: &DecideBody,
-    if_match: Option<&str>,
-    now: u64,
-) -> Result<(String, u64, String), Refused> {
-    if !may_view(a, approver) {
-        return Err(refused(404, "unknown_approval", format!("no approval {id}")));
-    }
-    let who = super::binding::principal(approver);
-    if !a.terms.approvers.admit(approver) {
-        return Err(refused(
-            403,
-            "not_an_approver",
-            format!("{who} may not decide approval {id} (rule {})", a.rule),
-        ));
-    }
-    if who == a.binding.principal && !a.terms.self_approve {
-        return Err(refused(
-            403,
-            "self_approval",
-            format!("{who} asked for approval {id} and may not decide it (rule {})", a.rule),
-        ));
-    }
-    match a.state {
-        State::Pending => {}
-        State::Expired => return Err(refused(409, "expired", format!("approval {id} expired undecided"))),
-        _ => {
-            return Err(refused(
-                409,
-                "already_decided",
-                format!("approval {id} was already decided ({})", a.state.as_str()),
-            ))
-        }
-    }
-    if let Some(tag) = if_match {
-        if tag.trim() != "*" && tag.trim() != a.etag() {
-            return Err(refused(
-                412,
-                "stale_view",
-                format!(
-                    "approval {id} changed since it was read (ETag {}): read it again",
-                    a.etag()
-                ),
-            ));
-        }
-    }
-    if !a.terms.grants.contains(&body.grant) {
-        return Err(refused(
-            400,
-            "grant_not_offered",
-            format!(
-                "rule {} does not offer {} for approval {id}",
-                a.rule,
-                body.grant.as_str()
-            ),
-        ));
-    }
-    match (body.grant, &body.constraints) {
-        (GrantKind::AllowConstrained, None) => {
-            return Err(refused(400, "bad_decision", "allow_constrained needs constraints"))
-        }
-        (GrantKind::AllowConstrained, Some(c)) => c.validate().map_err(|e| refused(400, "bad_decision", e))?,
-        (_, Some(_)) => {
-            return Err(refused(
-                400,
-                "bad_decision",
-                "constraints are only for allow_constrained",
-            ))
-        }
-        _ => {}
-    }
-    if body.grant == GrantKind::AllowSession && a.binding.session.is_none() {
-        return Err(refused(
-            400,
-            "no_session",
-            format!("approval {id}'s call has no session: allow_session cannot apply"),
-        ));
-    }
-    let long = |ttl_s: Option<u64>| {
-        let cap = a.terms.always_max.as_millis() as u64;
-        now.saturating_add(ttl_s.map_or(cap, |s| (s.saturating_mul(1000)).min(cap)))
-    };
-    let (key, expires_ms) = match body.grant {
-        GrantKind::AllowOnce => (a.binding.call_key(), now.saturating_add(a.terms.ttl.as_millis() as u64)),
-        GrantKind::Deny => (a.binding.call_key(), a.expires_ms.max(now.saturating_add(1))),
-        GrantKind::AllowSession => (
-            a.binding.session_key().unwrap_or_default(),
-            now.saturating_add(a.terms.always_max.as_millis() as u64),
-        ),
-        GrantKind::AllowAlways | GrantKind::AllowConstrained => (a.binding.tool_key(), long(body.ttl_s)),
-    };
-    Ok((key, expires_ms, who))
 }

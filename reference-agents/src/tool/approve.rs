@@ -15,7 +15,7 @@
 use serde_json::{json, Value};
 
 use super::deny::Refusal;
-use crate::approvals::{Approvals, CallBinding, Check};
+use crate::approvals::{Approvals, Check};
 use crate::jsonrpc::{Message, DENIED};
 use crate::rules::{ApprovalNeed, Caller};
 use policy_agents::{ParamError, Params, PolicyError, RequestContext};
@@ -96,23 +96,10 @@ pub async fn check(
     m: &Message,
     target: &str,
 ) -> Result<Check, PolicyError> {
-    let Some(approvals) = approvals else {
-        return Err(PolicyError::new(format!(
-            "rule {} needs approval, but this agent keeps no approvals",
-            need.rule
-        )));
-    };
     let args = arguments(m);
-    let binding = CallBinding::new(
-        caller,
-        ctx.metadata,
-        &ctx.request,
-        m.method.as_deref().unwrap_or("-"),
-        target,
-        &args,
-        ctx.request.header("mcp-session-id"),
-    );
-    approvals.check(binding, &args, need.rule, need.terms).await
+    let method = m.method.as_deref().unwrap_or("-");
+    let session = ctx.request.header("mcp-session-id");
+    crate::approvals::check_call(approvals, need, caller, ctx, method, target, &args, session).await
 }
 
 /// The refusal of message `index` for a check that did not grant, with
