@@ -43,6 +43,9 @@ import httpx2
 from mcp import Client, MCPError, UrlElicitationRequiredError, types
 from mcp.client.streamable_http import streamable_http_client
 
+# The same walk over an error's causes as the plain client's.
+from client import http_status
+
 URL_ELICITATION_REQUIRED = -32042
 COMPLETE = "notifications/elicitation/complete"
 
@@ -61,25 +64,6 @@ def out(obj) -> None:
 
 def diag(obj) -> None:
     print(json.dumps(obj, default=str), file=sys.stderr, flush=True)
-
-
-def http_status(exc: BaseException):
-    """The HTTP status behind a transport error, if any."""
-    seen = set()
-    stack = [exc]
-    while stack:
-        e = stack.pop()
-        if id(e) in seen:
-            continue
-        seen.add(id(e))
-        resp = getattr(e, "response", None)
-        if resp is not None and getattr(resp, "status_code", None):
-            return resp.status_code
-        stack.extend(getattr(e, "exceptions", []) or [])
-        for nxt in (e.__cause__, e.__context__):
-            if nxt is not None:
-                stack.append(nxt)
-    return None
 
 
 def describe(exc: BaseException) -> str:
