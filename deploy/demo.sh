@@ -349,6 +349,45 @@ expect "the journal" "requested +${id1:0:12}.*decided +${id1:0:12}.*by=sub:demo-
 expect "the journal" "requested +${id2:0:12}.*decided +${id2:0:12}.*grant=deny.*refused +${id2:0:12}" "$(printf '%s' "$steps" | tr '\n' ' ')"
 expect "the journal" '^ok: .*chain intact' "$verified"
 
+# The completion notice (docs/approvals.md#the-completion-notice): on
+# /mcp-bidi the official TypeScript SDK client (tests/mcp/ts/approval_client.mjs,
+# protocol 2025-11-25) keeps its session's GET stream open; Envoy routes it
+# to tool-agent's stream relay, which tells the client when the approver
+# decides (notifications/elicitation/complete). The client then retries.
+wait_for_port 8094 tool-agent.log
+path3=/srv/data/reports/q1-$stamp.csv
+printf '\n# %s\n$ node tests/mcp/ts/approval_client.mjs %s/mcp-bidi <JWT role agent> '"'"'%s'"'"'\n' \
+  "An MCP session (TypeScript SDK) deletes a file: held for approval" "$ENVOY" \
+  "{\"url_elicitation\": true, \"tool\": \"delete_file\", \"arguments\": {\"path\": \"$path3\"}}"
+coproc TSCLIENT {
+  exec node tests/mcp/ts/approval_client.mjs "$ENVOY/mcp-bidi" "{\"authorization\": \"Bearer $AGENT_JWT\"}" \
+    "{\"url_elicitation\": true, \"tool\": \"delete_file\", \"arguments\": {\"path\": \"$path3\"}}" \
+    2>>"$RUN/logs/demo-approval-client.log"
+}
+ts_line() { # the client's next output line, within 30 s (empty if none)
+  local line=""
+  IFS= read -r -t 30 line <&"${TSCLIENT[0]}" || true
+  printf '%s' "$line"
+}
+held=$(ts_line)
+printf '%s\n' "$held"
+id3=$(printf '%s' "$held" | approval_of)
+[ -n "$id3" ] || { echo "   UNEXPECTED: wanted a -32042 URL elicitation naming /approvals/page#id=<id>"; fail=1; }
+api "The approver allows it once" \
+  POST "/approvals/${id3:-none}" "role approver" "$APPROVER_JWT" '{"grant":"allow_once"}'
+expect "allow_once" '^200$' "$api_status"
+printf '\n# The client hears it on its session'"'"'s GET stream\n'
+heard=$(ts_line)
+printf '%s\n' "$heard"
+expect "the completion notice" "\"notification\":\"notifications/elicitation/complete\",\"params\":\\{\"elicitationId\":\"${id3:-none}\"\\}" "$heard"
+printf '\n# It retries the same call in the same session: it passes\n'
+echo retry >&"${TSCLIENT[1]}"
+retried=$(ts_line)
+printf '%s\n' "$retried"
+expect "the retried call" "\"result\":\"deleted $path3\"" "$retried"
+echo quit >&"${TSCLIENT[1]}"
+wait "$TSCLIENT_PID" 2>/dev/null || true
+
 # An agent runtime's model route (planner-agent): the request declares the
 # tools; the demo model plans a read_file call on the path the user names.
 AGENT=$ENVOY/agent/v1/chat/completions

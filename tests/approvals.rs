@@ -8,32 +8,26 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
+use std::path::PathBuf;
+use std::process::Command;
 
 use serde_json::{json, Value};
-use support::envoy::{self, EnvoyConfig, KernelAt};
-use support::python::python;
-use support::reference::{self, verify_audit};
+use support::approval_client::{waiting, Client};
+use support::reference::verify_audit;
 use support::stack::AgentSpec;
 use support::*;
 
 const SECRET: &str = "approvals-e2e-secret";
 
 fn jwt(sub: &str, roles: &[&str]) -> String {
-    let now = reference::now();
-    let claims = json!({"sub": sub, "iss": "https://auth.example.com", "aud": "mcp", "roles": roles, "iat": now, "exp": now + 900});
-    reference::jwt(SECRET, &claims)
+    support::jwt::jwt(SECRET, sub, roles)
 }
 
 /// Deletes need a person (an `approver`, never the caller itself); reads
 /// pass; listing passes.
 const RULES: &str = r#"[{"name": "deletes", "effect": "approve", "tools": ["delete_file"], "approval": {"approvers": {"roles_any": ["approver"]}, "ttl_s": 600}}, {"name": "readers", "effect": "allow", "tools": ["read_file", "search", "fetch"]}, {"name": "listing", "effect": "allow", "methods": ["tools/list"]}]"#;
 
-const JWT: &str = r#"{issuer: "https://auth.example.com", audience: "mcp", hs256_secret_env: "DEMO_JWT_SECRET"}"#;
+use support::jwt::JWT_PARAMS as JWT;
 
 fn routes() -> String {
     format!(
@@ -56,30 +50,6 @@ fn routes() -> String {
         - policy: approvals
 "#
     )
-}
-
-/// `/mcp` to the MCP server; `/approvals/page` (no credential: the page
-/// holds no data) and `/approvals` (the API, behind `jwtValidation`),
-/// answered by the kernel.
-fn envoy_config(kernel: &Path, upstream: u16) -> String {
-    let routes = [
-        envoy::route("mcp", "/mcp", ", timeout: 30s"),
-        envoy::route("approvals-page", "/approvals/page", ""),
-        envoy::route("approvals", "/approvals", ""),
-    ]
-    .concat();
-    EnvoyConfig {
-        kernels: vec![KernelAt::Socket(kernel)],
-        upstream,
-        access_log: "ACCESS %REQ(:METHOD)% %REQ(:PATH)% %RESPONSE_CODE% %DYNAMIC_METADATA(policy_kernel)%",
-        routes,
-        message_timeout: "5s".into(),
-        buffer_limit: None,
-        upstream_limits: false,
-        no_idle_timeout: false,
-        extra_clusters: Vec::new(),
-    }
-    .render()
 }
 
 struct Approvals {
@@ -110,7 +80,7 @@ async fn start() -> Approvals {
         )
         .config(&routes())
         .mcp_upstream()
-        .envoy_config(envoy_config)
+        .envoy_config(|kernel, upstream| support::approvals::envoy_config(kernel, upstream, "", Vec::new()))
         .start()
         .await;
     Approvals { s, dir, journal }
@@ -123,17 +93,7 @@ impl Approvals {
 
     /// The tool calls the MCP server ran: `(tool, path)`.
     fn ran(&self) -> Vec<(String, String)> {
-        std::fs::read_to_string(self.dir.join("mcp-calls.jsonl"))
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .map(|v| {
-                (
-                    v["tool"].as_str().unwrap_or("").to_string(),
-                    v["args"]["path"].as_str().unwrap_or("").to_string(),
-                )
-            })
-            .collect()
+        support::approvals::ran(&self.dir.join("mcp-calls.jsonl"))
     }
 
     async fn api(
@@ -161,108 +121,6 @@ impl Approvals {
         let v = serde_json::from_str(&text).unwrap_or(Value::String(text));
         (status, v, etag)
     }
-}
-
-/// An MCP client session (one of the SDK scripts), driven line by line.
-struct Client {
-    child: Child,
-    stdin: ChildStdin,
-    lines: mpsc::Receiver<String>,
-    stderr: PathBuf,
-}
-
-impl Client {
-    fn start(kind: &str, url: &str, token: &str, opts: Value, dir: &Path) -> Client {
-        let headers = json!({"authorization": format!("Bearer {token}")});
-        let stderr = dir.join(format!("client-{kind}-{}.log", reference::now()));
-        let mut cmd = match kind {
-            "ts" => {
-                let ts = support::mcp_ts::ts_dir();
-                let mut c = Command::new("node");
-                c.current_dir(&ts).arg(ts.join("approval_client.mjs"));
-                c
-            }
-            _ => {
-                let mut c = Command::new(python());
-                c.arg(root().join("tests/mcp/approval_client.py"));
-                c
-            }
-        };
-        let mut child = cmd
-            .args([url, &headers.to_string(), &opts.to_string()])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&stderr).expect("client log"))
-            .spawn()
-            .expect("start the MCP client");
-        let stdin = child.stdin.take().expect("stdin");
-        let stdout = child.stdout.take().expect("stdout");
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Client {
-            child,
-            stdin,
-            lines,
-            stderr,
-        }
-    }
-
-    /// The next outcome line (notifications are skipped), within 60 s.
-    fn next(&self) -> Value {
-        loop {
-            let line = self.lines.recv_timeout(Duration::from_secs(60)).unwrap_or_else(|_| {
-                panic!(
-                    "no answer from the MCP client:\n{}",
-                    std::fs::read_to_string(&self.stderr).unwrap_or_default()
-                )
-            });
-            let v: Value = serde_json::from_str(&line).unwrap_or_else(|_| json!({"raw": line}));
-            if v.get("notification").is_none() {
-                return v;
-            }
-        }
-    }
-
-    fn send(&mut self, command: &str) -> Value {
-        writeln!(self.stdin, "{command}").expect("write to the MCP client");
-        self.stdin.flush().expect("flush");
-        self.next()
-    }
-}
-
-impl Drop for Client {
-    fn drop(&mut self) {
-        let _ = writeln!(self.stdin, "quit");
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while std::time::Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// The approval id and URL of a call waiting for approval.
-fn waiting(v: &Value) -> (String, String) {
-    let e = &v["elicitation"];
-    assert_eq!(v["code"], -32042, "not a URL elicitation: {v}");
-    assert_eq!(e["mode"], "url", "{v}");
-    (
-        e["elicitationId"]
-            .as_str()
-            .unwrap_or_else(|| panic!("no id: {v}"))
-            .to_string(),
-        e["url"].as_str().unwrap_or_else(|| panic!("no url: {v}")).to_string(),
-    )
 }
 
 /// Runs the page driver; its JSON report.

@@ -15,7 +15,9 @@
 //!   `piiRedaction`, `auditLog` (`guardrail-agent`); `guardrail::learned` is
 //!   the learned prompt-injection detector and its trainer.
 //! * [`tool`]: `mcpToolAuthorization`, `mcpToolFilter`, `toolArgumentGuard`,
-//!   `toolSchemaValidation`, `mcpServerRequestGuard` (`tool-agent`).
+//!   `toolSchemaValidation`, `mcpServerRequestGuard` (`tool-agent`);
+//!   `tool::stream_relay` relays MCP sessions' GET streams with the
+//!   approvals' completion notices added (`--mcp-stream-relay`).
 //! * [`a2a`]: `a2aAuthorization`, `a2aTaskOwnership`, `a2aCardFilter`,
 //!   `a2aUrlGuard` (`tool-agent`): agent-to-agent delegation, on the same
 //!   rules, JSON-RPC parsing, SSE events and session store as the MCP
@@ -25,8 +27,9 @@
 //!   (`planner-agent`): planned tool calls of completions, checked with the
 //!   tool agent's rules and argument guards; untrusted prompt text fenced off.
 //! * [`approvals`]: `approvals` (`tool-agent`, `planner-agent`): the API and
-//!   page where people decide the calls that `approve` rules hold, and the
-//!   pending requests and grants those rules check (bound to the exact call).
+//!   page where people decide the calls that `approve` rules hold, the
+//!   pending requests and grants those rules check (bound to the exact call),
+//!   and `approvals::notices`, the decisions as they are made.
 //!
 //! The layers they share, one copy each:
 //!

@@ -11,3 +11,8 @@ pub fn jwt(secret: &str, sub: &str, roles: &[&str]) -> String {
     let claims = json!({"sub": sub, "iss": "https://auth.example.com", "aud": "mcp", "roles": roles, "iat": now, "exp": now + 600});
     reference::jwt(secret, &claims)
 }
+
+/// `jwtValidation`'s params for these tokens (the secret from
+/// `DEMO_JWT_SECRET`), as a flow mapping for a kernel config.
+pub const JWT_PARAMS: &str =
+    r#"{issuer: "https://auth.example.com", audience: "mcp", hs256_secret_env: "DEMO_JWT_SECRET"}"#;

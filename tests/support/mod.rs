@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 pub mod a2a;
 pub mod a2a_stack;
 pub mod agents;
+pub mod approval_client;
+pub mod approvals;
 pub mod certs;
 pub mod chaos;
 pub mod envoy;

@@ -25,6 +25,7 @@ pub mod binding;
 pub mod constraints;
 mod decision;
 pub mod metrics;
+pub mod notices;
 pub mod outcome;
 mod preview;
 mod redis_scripts;
@@ -54,6 +55,9 @@ use store::{Effects, Store};
 pub struct Approvals {
     backend: Backend,
     journal: OnceLock<Journal>,
+    /// Woken after every decision this agent makes ([`notices`] reads the
+    /// events then).
+    changed: tokio::sync::Notify,
 }
 
 enum Backend {
@@ -94,6 +98,7 @@ impl Approvals {
         Arc::new(Approvals {
             backend: Backend::Memory(Mutex::new(Store::new(limits))),
             journal: OnceLock::new(),
+            changed: tokio::sync::Notify::new(),
         })
     }
 
@@ -104,6 +109,7 @@ impl Approvals {
         Ok(Arc::new(Approvals {
             backend: Backend::Redis(RedisApprovals::connect(url, limits).await?),
             journal: OnceLock::new(),
+            changed: tokio::sync::Notify::new(),
         }))
     }
 
@@ -130,6 +136,9 @@ impl Approvals {
     /// Journals and counts what an operation did (in Redis, also what it
     /// did before it failed).
     async fn finish(&self, fx: Effects) -> Result<(), PolicyError> {
+        if fx.decided.is_some() {
+            self.changed.notify_waiters();
+        }
         metrics::expired(fx.expired);
         if let Some((grant, waited_ms)) = fx.decided {
             metrics::decided(grant, waited_ms);
@@ -268,6 +277,13 @@ impl Approvals {
     /// The events after `after` that `viewer` may see; `None` when some
     /// were dropped since (reload the list).
     pub async fn events_after(&self, after: u64, viewer: &Caller) -> Result<Option<Vec<Event>>, Refused> {
+        let out = self.events_since(after).await?;
+        Ok(out.map(|evs| evs.into_iter().filter(|e| e.visible_to(viewer)).collect()))
+    }
+
+    /// Every event after `after` (for this agent's own use, never a
+    /// caller's); `None` when some were dropped since.
+    pub(crate) async fn events_since(&self, after: u64) -> Result<Option<Vec<Event>>, Refused> {
         let mut fx = Effects::default();
         let out = match &self.backend {
             Backend::Memory(s) => {
@@ -278,7 +294,20 @@ impl Approvals {
             Backend::Redis(r) => r.events_after(after, now_ms(), &mut fx).await,
         };
         self.finish(fx).await.map_err(journal_refusal)?;
-        Ok(out?.map(|evs| evs.into_iter().filter(|e| e.visible_to(viewer)).collect()))
+        out
+    }
+
+    /// The newest event's id (0: none yet).
+    pub(crate) async fn last_event_id(&self) -> Result<u64, Refused> {
+        match &self.backend {
+            Backend::Memory(s) => Ok(Self::lock(s).last_event_id()),
+            Backend::Redis(r) => r.last_event_id().await.map_err(Refused::from),
+        }
+    }
+
+    /// Resolves after the next decision this agent makes.
+    pub(crate) fn changed(&self) -> tokio::sync::futures::Notified<'_> {
+        self.changed.notified()
     }
 }
 
@@ -332,4 +361,4 @@ fn journal_refusal(e: PolicyError) -> Refused {
 #[cfg(test)]
 mod redis_tests;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

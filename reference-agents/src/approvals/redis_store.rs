@@ -647,6 +647,17 @@ impl RedisApprovals {
         Err(bad(format!("approval {id} kept changing: try again")).into())
     }
 
+    /// The newest event's id (0: none yet).
+    pub async fn last_event_id(&self) -> Result<u64, StoreError> {
+        let mut conn = self.conn.clone();
+        let get = redis::cmd("GET").arg(format!("{}event_id", self.prefix)).clone();
+        let v: Option<String> = match get.query_async(&mut conn).await {
+            Err(e) if e.is_connection_refusal() => get.query_async(&mut conn).await,
+            done => done,
+        }?;
+        v.map_or(Ok(0), |v| number(&v))
+    }
+
     /// Events after `after`; `None` when some of them were already dropped.
     pub async fn events_after(&self, after: u64, now: u64, fx: &mut Effects) -> Result<Option<Vec<Event>>, Refused> {
         self.sweep(now, fx).await?;

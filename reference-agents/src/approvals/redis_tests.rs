@@ -18,12 +18,12 @@ use super::{ApprovalRule, Approvals, CallBinding, GrantKind};
 use crate::rules::Caller;
 
 #[path = "../../../agents/tests/common/redis_server.rs"]
-mod redis_server;
+pub(super) mod redis_server;
 
 use redis_server::Redis;
 
 /// A private server, or `None` (the test is skipped) without `redis-server`.
-fn redis() -> Option<Redis> {
+pub(super) fn redis() -> Option<Redis> {
     if Command::new("redis-server").arg("--version").output().is_err() {
         eprintln!("SKIPPED: redis-server is not installed (apt-get install redis-server; `make test` installs it)");
         return None;

@@ -5,7 +5,9 @@ use super::store::{Check, DecideBody, Effects, Filter, Limits, Store};
 use super::{ApprovalRule, GrantKind};
 use crate::rules::Caller;
 
-fn terms() -> ApprovalRule {
+/// An `approve` rule's terms: approvers with role `approver` (or sub
+/// `boss`), 60 s.
+pub(crate) fn terms() -> ApprovalRule {
     ApprovalRule::parse(
         "rules",
         "r",
@@ -14,7 +16,8 @@ fn terms() -> ApprovalRule {
     .unwrap()
 }
 
-fn binding(args: &serde_json::Value, session: Option<&str>) -> CallBinding {
+/// alice's `delete_file` with `args` at `gw/mcp`, in `session`.
+pub(crate) fn binding(args: &serde_json::Value, session: Option<&str>) -> CallBinding {
     CallBinding {
         principal: "sub:alice".into(),
         route: "mcp".into(),
@@ -27,7 +30,8 @@ fn binding(args: &serde_json::Value, session: Option<&str>) -> CallBinding {
     }
 }
 
-fn who(sub: &str, roles: &[&str]) -> Caller {
+/// A caller.
+pub(crate) fn who(sub: &str, roles: &[&str]) -> Caller {
     Caller {
         sub: Some(sub.into()),
         roles: roles.iter().map(|s| s.to_string()).collect(),
@@ -49,7 +53,8 @@ fn ask(s: &mut Store, args: &serde_json::Value, session: Option<&str>, now: u64)
     )
 }
 
-fn decide(grant: GrantKind) -> DecideBody {
+/// A decision with `grant` and nothing else.
+pub(crate) fn decide(grant: GrantKind) -> DecideBody {
     DecideBody {
         grant,
         reason: None,

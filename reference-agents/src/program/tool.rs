@@ -14,6 +14,11 @@
 //! a call may wait on one agent and be decided on another);
 //! `--approvals-journal` records every request, decision, expiry and
 //! release this agent makes in a hash-chained journal.
+//!
+//! `--mcp-stream-relay LISTEN=UPSTREAM` relays MCP sessions' GET streams
+//! from the server and adds `notifications/elicitation/complete` when an
+//! approval of a call in the session is decided
+//! ([`crate::tool::stream_relay`]).
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -21,8 +26,9 @@ use std::process::ExitCode;
 
 use super::approvals::ApprovalArgs;
 use crate::a2a::{A2aAuthorization, A2aCardFilter, A2aTaskOwnership, A2aUrlGuard};
-use crate::approvals::{api::ApprovalsApi, outcome::ApprovalOutcome};
+use crate::approvals::{api::ApprovalsApi, notices::Notices, outcome::ApprovalOutcome};
 use crate::sessions::SessionStore;
+use crate::tool::stream_relay::{self, RelaySpec};
 use crate::tool::{
     McpServerRequestGuard, McpToolAuthorization, McpToolFilter, ToolArgumentGuard, ToolSchemaValidation,
 };
@@ -52,6 +58,12 @@ pub(crate) struct Args {
     redis_url: Option<String>,
     #[command(flatten)]
     approvals: ApprovalArgs,
+    /// Relay MCP sessions' GET streams: listen on LISTEN (host:port) for
+    /// the GETs Envoy routes here, open each on the MCP server UPSTREAM
+    /// (`http://host:port`), and add `notifications/elicitation/complete`
+    /// to a session's stream when an approval of a call in it is decided.
+    #[arg(long, value_name = "LISTEN=UPSTREAM")]
+    mcp_stream_relay: Option<RelaySpec>,
     #[command(flatten)]
     serve: ServeArgs,
 }
@@ -70,6 +82,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
         None => SessionStore::memory(),
     };
     let approvals = args.approvals.open(args.redis_url.as_deref()).await?;
+    if let Some(spec) = args.mcp_stream_relay.clone() {
+        let listen = spec.listen;
+        let bound = stream_relay::serve(spec, Notices::new(approvals.clone()))
+            .await
+            .with_context(|| format!("--mcp-stream-relay: listening on {listen}"))?;
+        tracing::info!(%bound, "MCP stream relay listening");
+    }
     let builder = Agent::builder("tool-agent", env!("CARGO_PKG_VERSION"))
         .policy(McpToolAuthorization::with_approvals(approvals.clone()))
         .policy(ApprovalsApi::new(approvals.clone()))

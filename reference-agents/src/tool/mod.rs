@@ -43,6 +43,7 @@ mod reply;
 mod schema;
 mod server_checks;
 mod server_requests;
+pub mod stream_relay;
 pub mod urls;
 
 /// A name from a request body as a metadata value: control characters
