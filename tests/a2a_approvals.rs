@@ -192,6 +192,25 @@ impl A2aApprovals {
         (sends, out)
     }
 
+    /// One client run over JSON-RPC 1.0 of sends to the skill by `token`,
+    /// each `(text, contextId)` (none: the message carries no `contextId`).
+    fn sends_in(&self, token: &str, sends: &[(&str, Option<&str>)]) -> (Vec<Value>, String) {
+        let steps: Vec<Value> = sends
+            .iter()
+            .map(|(t, c)| {
+                let mut step = json!({"op": "send", "text": t, "skill": SKILL, "wire": true});
+                if let Some(c) = c {
+                    step["context_id"] = json!(c);
+                }
+                step
+            })
+            .collect();
+        let (got, out) = py_client_v(&self.card_base, &bearer(token), &json!(steps), "jsonrpc", false);
+        let got: Vec<Value> = got.into_iter().filter(|l| l["step"] == "send").collect();
+        assert_eq!(got.len(), sends.len(), "{}", self.diag(&out));
+        (got, out)
+    }
+
     /// One send over JSON-RPC 1.0.
     fn send(&self, token: &str, text: &str) -> (Value, String) {
         let (mut sends, out) = self.sends(token, &[text], "jsonrpc", false);
@@ -507,4 +526,193 @@ async fn an_a2a_send_waits_for_a_person_and_only_the_approved_send_runs() {
     assert_eq!(events[1]["by"], "sub:bob", "{events:?}");
     let kinds: Vec<&str> = of(&other_id).iter().filter_map(|r| r["event"].as_str()).collect();
     assert_eq!(kinds, ["requested", "decided", "refused"], "{records:?}");
+}
+
+/// `allow_session` on A2A: the session is the message's `contextId`. The
+/// grant lets the caller's sends to the skill in that context through, any
+/// content, as often as they come; not in another context, not without one
+/// (where the grant is not offered), not for another caller.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_a2a_session_grant_covers_the_callers_sends_in_its_context_only() {
+    let a = start().await;
+    let alice = jwt("alice", &["agent"]);
+    let bob = jwt("bob", &["approver"]);
+    let mallory = jwt("mallory", &["agent"]);
+    let text = "reset the ledger of account 42";
+    let other = "reset the ledger of account 43";
+    let (c1, c2) = ("ctx-approvals-one", "ctx-approvals-two");
+    let diag = |out: &str| a.diag(out);
+
+    // A send in context C1 waits for approval, bound to that session.
+    let (first, out) = a.sends_in(&alice, &[(text, Some(c1))]);
+    let id = waiting(&first[0]);
+    assert!(a.ran_skill().is_empty(), "ran: {:?}\n{}", a.ran(), diag(&out));
+    let (status, item) = a.api("GET", &format!("/approvals/{id}"), &bob, None).await;
+    assert_eq!(status, 200, "{item}\n{}", diag(""));
+    assert_eq!(
+        (
+            item["state"].as_str(),
+            item["session"].as_str(),
+            item["method"].as_str()
+        ),
+        (Some("pending"), Some(c1), Some("SendMessage")),
+        "the contextId is the session: {item}"
+    );
+    assert!(
+        item["grants"]
+            .as_array()
+            .is_some_and(|g| g.contains(&json!("allow_session"))),
+        "a call in a session is offered allow_session: {item}"
+    );
+
+    // Allowed for the session.
+    let (status, decided) = a
+        .api(
+            "POST",
+            &format!("/approvals/{id}"),
+            &bob,
+            Some(json!({"grant": "allow_session"})),
+        )
+        .await;
+    assert_eq!(
+        (status, decided["state"].as_str()),
+        (200, Some("allowed")),
+        "{decided}\n{}",
+        diag("")
+    );
+
+    // In C1, the same send, other content and the same send again all run;
+    // in C2, or with no contextId (the SDK client leaves it out unless the
+    // message has one), the same send waits for a new approval each.
+    let (lines, out) = a.sends_in(
+        &alice,
+        &[
+            (text, Some(c1)),
+            (other, Some(c1)),
+            (text, Some(c1)),
+            (text, Some(c2)),
+            (text, None),
+        ],
+    );
+    for (n, (l, t)) in lines[..3].iter().zip([text, other, text]).enumerate() {
+        assert_eq!(l["state"], "completed", "send {n} in C1: {l}\n{}", diag(&out));
+        assert_eq!(
+            l["artifact_text"],
+            format!("echo: {t} [skill={SKILL}]"),
+            "send {n}: {l}"
+        );
+        assert_eq!(l["context_id"], c1, "the agent ran it in C1: {l}");
+    }
+    let id_c2 = waiting(&lines[3]);
+    let id_none = waiting(&lines[4]);
+    assert!(![&id, &id_none].contains(&&id_c2), "{}\n{}", lines[3], lines[4]);
+    assert_ne!(id_none, id, "{}", lines[4]);
+    assert_eq!(
+        a.ran_skill(),
+        [text, other, text],
+        "exactly the sends in C1 ran\n{}",
+        diag(&out)
+    );
+
+    // Another caller in C1 is not covered.
+    let (theirs, out) = a.sends_in(&mallory, &[(text, Some(c1))]);
+    let id_mallory = waiting(&theirs[0]);
+    assert!(
+        ![&id, &id_c2, &id_none].contains(&&id_mallory),
+        "{}\n{}",
+        theirs[0],
+        diag(&out)
+    );
+
+    // The requests as the API shows them: C1's still allowed (a session
+    // grant is not used up), C2's pending in its own session, the one with
+    // no contextId in none, so allow_session is neither offered nor taken.
+    let (status, granted) = a.api("GET", &format!("/approvals/{id}"), &bob, None).await;
+    assert_eq!(
+        (status, granted["state"].as_str(), granted["decision"]["grant"].as_str()),
+        (200, Some("allowed"), Some("allow_session")),
+        "{granted}"
+    );
+    let (status, in_c2) = a.api("GET", &format!("/approvals/{id_c2}"), &bob, None).await;
+    assert_eq!(
+        (status, in_c2["state"].as_str(), in_c2["session"].as_str()),
+        (200, Some("pending"), Some(c2)),
+        "{in_c2}"
+    );
+    let (status, none) = a.api("GET", &format!("/approvals/{id_none}"), &bob, None).await;
+    assert_eq!(
+        (status, none["state"].as_str(), &none["session"]),
+        (200, Some("pending"), &Value::Null),
+        "{none}"
+    );
+    assert!(
+        none["grants"]
+            .as_array()
+            .is_some_and(|g| !g.is_empty() && !g.contains(&json!("allow_session"))),
+        "no session, no allow_session: {none}"
+    );
+    let (status, refused) = a
+        .api(
+            "POST",
+            &format!("/approvals/{id_none}"),
+            &bob,
+            Some(json!({"grant": "allow_session"})),
+        )
+        .await;
+    assert_eq!(
+        (status, refused["reason"].as_str()),
+        (400, Some("no_session")),
+        "{refused}"
+    );
+
+    // Nothing more ran.
+    assert_eq!(a.ran_skill(), [text, other, text], "ran: {:?}", a.ran());
+
+    // The journal: the request in C1, the decision, and one release per send
+    // that ran, each with its own content's digest.
+    let read = || -> Vec<Value> {
+        std::fs::read_to_string(&a.journal)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    };
+    until("the journal's requests", Duration::from_secs(10), || async {
+        read().iter().filter(|r| r["event"] == "requested").count() == 4
+    })
+    .await;
+    let verify = verify_audit(&a.journal);
+    assert!(
+        verify.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&verify.stdout),
+        String::from_utf8_lossy(&verify.stderr)
+    );
+    let records = read();
+    let events: Vec<&Value> = records.iter().filter(|r| r["approval_id"] == id.as_str()).collect();
+    let kinds: Vec<&str> = events.iter().filter_map(|r| r["event"].as_str()).collect();
+    assert_eq!(
+        kinds,
+        ["requested", "decided", "released", "released", "released"],
+        "{events:?}"
+    );
+    assert_eq!(events[0]["session"], c1, "{events:?}");
+    assert_eq!(
+        (events[1]["by"].as_str(), events[1]["grant"].as_str()),
+        (Some("sub:bob"), Some("allow_session")),
+        "{events:?}"
+    );
+    let digests: Vec<&Value> = events[2..].iter().map(|r| &r["call_digest"]).collect();
+    assert!(
+        digests[0].is_string() && digests[0] != digests[1] && digests[0] == digests[2],
+        "each release has its call's digest: {events:?}"
+    );
+    for (rid, session) in [(&id_c2, json!(c2)), (&id_none, Value::Null)] {
+        let kinds: Vec<(&Value, &Value)> = records
+            .iter()
+            .filter(|r| r["approval_id"] == rid.as_str())
+            .map(|r| (&r["event"], &r["session"]))
+            .collect();
+        assert_eq!(kinds, [(&json!("requested"), &session)], "{records:?}");
+    }
 }

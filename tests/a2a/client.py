@@ -11,14 +11,16 @@ JSON lines to stdout ("$last" as a task id: the task of the latest send or
 stream; a message's skill goes in its metadata {"skill": ...}):
   {"op":"card"}           -> {"step":"card","skills":[ids],"interfaces":[urls]}
   {"op":"extended_card"}  -> {"step":"extended_card","skills":[...],"interfaces":[...]}
-  {"op":"send","text":T,"skill":S?,"task_id":ID?,"nowait":bool?}
-                          -> {"step":"send","task_id","state","artifact_text"}
-  {"op":"stream","text":T,"skill":S?}
+  {"op":"send","text":T,"skill":S?,"task_id":ID?,"context_id":C?,"nowait":bool?}
+                          -> {"step":"send","task_id","context_id","state","artifact_text"}
+                             ("context_id": the task's, as the agent answered;
+                             the message carries "context_id" only when given)
+  {"op":"stream","text":T,"skill":S?,"context_id":C?}
                           -> per event {"step":"event","t_ms","kind","state","text","task_id"}
                              ("kind": task|status_update|artifact_update|message),
                              then {"step":"stream_end","events":N}
-  {"op":"get","task_id":ID}    -> {"step":"get","task_id","state","artifact_text"}
-  {"op":"cancel","task_id":ID} -> {"step":"cancel","task_id","state","artifact_text"}
+  {"op":"get","task_id":ID}    -> {"step":"get","task_id","context_id","state","artifact_text"}
+  {"op":"cancel","task_id":ID} -> {"step":"cancel","task_id","context_id","state","artifact_text"}
   {"op":"list"}                -> {"step":"list","task_ids":[...]}
   {"op":"push_set","task_id":ID,"url":U}
                           -> {"step":"push_set","task_id","config_id","url"}
@@ -75,6 +77,7 @@ def parts_text(parts) -> str:
 def task_summary(task) -> dict:
     return {
         "task_id": task.id,
+        "context_id": task.context_id or None,
         "state": state_name(task.status.state),
         "artifact_text": "\n".join(parts_text(a.parts) for a in task.artifacts) or None,
     }
@@ -188,6 +191,8 @@ class Runner:
             msg.metadata.update({"skill": step["skill"]})
         if step.get("task_id"):
             msg.task_id = self.task_id(step)
+        if step.get("context_id"):
+            msg.context_id = step["context_id"]
         req = SendMessageRequest(message=msg)
         if step.get("nowait"):
             req.configuration.return_immediately = True
@@ -202,7 +207,7 @@ class Runner:
             out(card_summary("extended_card", await c.get_extended_agent_card(GetExtendedAgentCardRequest())))
         elif op == "send":
             c = await self.client(False)
-            line = {"step": "send", "task_id": None, "state": None, "artifact_text": None}
+            line = {"step": "send", "task_id": None, "context_id": None, "state": None, "artifact_text": None}
             async for ev in c.send_message(self.request(step)):
                 if ev.HasField("task"):
                     line.update(task_summary(ev.task))
