@@ -1,6 +1,7 @@
 // An A2A client on the official JavaScript SDK (@a2a-js/sdk 1.3.0, protocol
 // 1.0; with --v03 its 0.3 compatibility transports), for the A2A end-to-end
-// tests. Same steps and JSON lines as ../client.py.
+// tests. Same steps and JSON lines as ../client.py, but for "context_id"
+// (neither taken on a send nor reported).
 // Usage: node client.mjs CARD_BASE_URL HEADERS_JSON STEPS_JSON [--binding jsonrpc|rest] [--v03]
 // Fetches CARD_BASE_URL/.well-known/agent-card.json and sends every later
 // call to the interface the card names for the binding (default jsonrpc).
