@@ -140,16 +140,13 @@ fn report(failing: bool, why: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::approvals::tests::{binding, decide, terms, who};
-    use crate::approvals::{Check, GrantKind, Limits};
+    use crate::approvals::tests::{binding, decide, pending_id, terms, who};
+    use crate::approvals::{GrantKind, Limits};
     use serde_json::json;
 
     async fn pending(a: &Approvals, session: Option<&str>) -> String {
         let args = json!({"session": session});
-        match a.check(binding(&args, session), &args, "r", &terms()).await.unwrap() {
-            Check::Pending { id, .. } => id,
-            other => panic!("{other:?}"),
-        }
+        pending_id(&a.check(binding(&args, session), &args, "r", &terms()).await.unwrap())
     }
 
     #[tokio::test]

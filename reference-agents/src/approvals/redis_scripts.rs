@@ -25,6 +25,13 @@ local function emit(ev, max)
   redis.call('ZADD', EVENTS, id, id .. ' ' .. ev)
   redis.call('ZREMRANGEBYRANK', EVENTS, 0, -(tonumber(max) + 1))
 end
+local function close_grant(a, state, ttl, ev, max)
+  redis.call('HDEL', a, 'g', 'gj', 'ge')
+  redis.call('HSET', a, 's', state)
+  redis.call('HINCRBY', a, 'v', 1)
+  redis.call('PEXPIRE', a, ttl)
+  emit(ev, max)
+end
 local function unpend(id, call, principal, max_history)
   redis.call('ZREM', EXPIRIES, id)
   if redis.call('HGET', PENDING, call) == id then redis.call('HDEL', PENDING, call) end
@@ -104,11 +111,7 @@ local a = akey(id)
 if (redis.call('GET', SEQ) or '0') ~= ARGV[4] then return -1 end
 if redis.call('HGET', a, 'v') ~= ARGV[3] or redis.call('HGET', a, 'g') ~= ARGV[5] then return -1 end
 if redis.call('ZREM', gkey(ARGV[5]), id) == 0 then return -1 end
-redis.call('HDEL', a, 'g', 'gj', 'ge')
-redis.call('HSET', a, 's', 'consumed')
-redis.call('HINCRBY', a, 'v', 1)
-redis.call('PEXPIRE', a, ARGV[7])
-emit(ARGV[6], ARGV[8])
+close_grant(a, 'consumed', ARGV[7], ARGV[6], ARGV[8])
 return 1
 ";
 
@@ -177,11 +180,7 @@ local id = ARGV[2]
 local a = akey(id)
 if redis.call('HGET', a, 'v') ~= ARGV[3] or redis.call('HGET', a, 'g') ~= ARGV[4] then return -1 end
 redis.call('ZREM', gkey(ARGV[4]), id)
-redis.call('HDEL', a, 'g', 'gj', 'ge')
-redis.call('HSET', a, 's', 'revoked')
-redis.call('HINCRBY', a, 'v', 1)
-redis.call('PEXPIRE', a, ARGV[6])
-emit(ARGV[5], ARGV[7])
+close_grant(a, 'revoked', ARGV[6], ARGV[5], ARGV[7])
 return 1
 ";
 

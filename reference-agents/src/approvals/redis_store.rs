@@ -400,20 +400,8 @@ impl RedisApprovals {
         let mut keys = vec![call.clone()];
         keys.extend(binding.session_key());
         keys.push(binding.tool_key());
-        let expires_ms = now.saturating_add(ms(terms.ttl));
-        let fresh = Approval {
-            id: new_id(),
-            state: State::Pending,
-            binding,
-            preview,
-            rule: rule.to_string(),
-            terms: terms.clone(),
-            created_ms: now,
-            expires_ms,
-            attempts: 1,
-            version: 1,
-            decision: None,
-        };
+        let fresh = Approval::pending(new_id(), binding, preview, rule, terms, now);
+        let expires_ms = fresh.expires_ms;
         let fresh_json = to_json(&fresh)?;
         let principal = hashed(&fresh.binding.principal);
         for _ in 0..ROUNDS {

@@ -11,10 +11,10 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::binding::digest;
 use super::redis_store::RedisApprovals;
 use super::store::{Check, DecideBody, Effects, Filter, Limits, Refused, Store};
-use super::{ApprovalRule, Approvals, CallBinding, GrantKind};
+use super::tests::{binding, binding_of, decide, pending_id, terms, who};
+use super::{ApprovalRule, Approvals, GrantKind};
 use crate::rules::Caller;
 
 #[path = "../../../agents/tests/common/redis_server.rs"]
@@ -29,57 +29,6 @@ pub(super) fn redis() -> Option<Redis> {
         return None;
     }
     Some(Redis::start())
-}
-
-fn terms() -> ApprovalRule {
-    ApprovalRule::parse(
-        "rules",
-        "r",
-        json!({"approvers": {"roles_any": ["approver"], "subs": ["boss"]}, "ttl_s": 60}),
-    )
-    .unwrap()
-}
-
-fn binding_of(principal: &str, args: &Value, session: Option<&str>) -> CallBinding {
-    CallBinding {
-        principal: principal.into(),
-        route: "mcp".into(),
-        route_version: "v1".into(),
-        endpoint: "gw/mcp".into(),
-        method: "tools/call".into(),
-        target: "delete_file".into(),
-        args_digest: digest(args),
-        session: session.map(String::from),
-    }
-}
-
-fn binding(args: &Value, session: Option<&str>) -> CallBinding {
-    binding_of("sub:alice", args, session)
-}
-
-fn who(sub: &str, roles: &[&str]) -> Caller {
-    Caller {
-        sub: Some(sub.into()),
-        roles: roles.iter().map(|s| s.to_string()).collect(),
-        ..Caller::default()
-    }
-}
-
-fn decide(grant: GrantKind) -> DecideBody {
-    DecideBody {
-        grant,
-        reason: None,
-        alternative: None,
-        constraints: None,
-        ttl_s: None,
-    }
-}
-
-fn pending_id(c: &Check) -> String {
-    match c {
-        Check::Pending { id, .. } => id.clone(),
-        other => panic!("not pending: {other:?}"),
-    }
 }
 
 fn same_effects(memory: &Effects, redis: &Effects, step: &str) {

@@ -120,6 +120,32 @@ pub struct Approval {
 }
 
 impl Approval {
+    /// A new request for the call `binding`, waiting from `now` for the
+    /// rule's `ttl`.
+    pub fn pending(
+        id: String,
+        binding: CallBinding,
+        preview: Value,
+        rule: &str,
+        terms: &ApprovalRule,
+        now: u64,
+    ) -> Self {
+        let ttl = u64::try_from(terms.ttl.as_millis()).unwrap_or(u64::MAX);
+        Approval {
+            id,
+            state: State::Pending,
+            binding,
+            preview,
+            rule: rule.to_string(),
+            terms: terms.clone(),
+            created_ms: now,
+            expires_ms: now.saturating_add(ttl),
+            attempts: 1,
+            version: 1,
+            decision: None,
+        }
+    }
+
     /// The ETag of this view.
     pub fn etag(&self) -> String {
         format!("\"{}.{}\"", &self.id[..12.min(self.id.len())], self.version)
@@ -514,22 +540,10 @@ impl Store {
             return Check::Limited("total");
         }
         let id = new_id();
-        let expires_ms = now + terms.ttl.as_millis() as u64;
-        let a = Approval {
-            id: id.clone(),
-            state: State::Pending,
-            binding,
-            // Only a new request is shown to people: the (redacting)
-            // preview is made for it alone, not on every granted call.
-            preview: preview(),
-            rule: rule.to_string(),
-            terms: terms.clone(),
-            created_ms: now,
-            expires_ms,
-            attempts: 1,
-            version: 1,
-            decision: None,
-        };
+        // Only a new request is shown to people: the (redacting) preview is
+        // made for it alone, not on every granted call.
+        let a = Approval::pending(id.clone(), binding, preview(), rule, terms, now);
+        let expires_ms = a.expires_ms;
         *self
             .pending_per_principal
             .entry(a.binding.principal.clone())

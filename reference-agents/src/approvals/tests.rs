@@ -18,8 +18,13 @@ pub(crate) fn terms() -> ApprovalRule {
 
 /// alice's `delete_file` with `args` at `gw/mcp`, in `session`.
 pub(crate) fn binding(args: &serde_json::Value, session: Option<&str>) -> CallBinding {
+    binding_of("sub:alice", args, session)
+}
+
+/// `principal`'s `delete_file` with `args` at `gw/mcp`, in `session`.
+pub(crate) fn binding_of(principal: &str, args: &serde_json::Value, session: Option<&str>) -> CallBinding {
     CallBinding {
-        principal: "sub:alice".into(),
+        principal: principal.into(),
         route: "mcp".into(),
         route_version: "v1".into(),
         endpoint: "gw/mcp".into(),
@@ -64,7 +69,8 @@ pub(crate) fn decide(grant: GrantKind) -> DecideBody {
     }
 }
 
-fn pending_id(c: &Check) -> String {
+/// The id of a check left pending.
+pub(crate) fn pending_id(c: &Check) -> String {
     match c {
         Check::Pending { id, .. } => id.clone(),
         other => panic!("not pending: {other:?}"),

@@ -5,8 +5,8 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
 use super::*;
-use crate::approvals::tests::{binding, decide, terms, who};
-use crate::approvals::{Approvals, Check, GrantKind, Limits};
+use crate::approvals::tests::{binding, decide, pending_id, terms, who};
+use crate::approvals::{Approvals, GrantKind, Limits};
 
 #[test]
 fn the_flag_names_what_is_wrong() {
@@ -87,10 +87,7 @@ async fn pending(a: &Approvals, session: &str, endpoint: &str) -> String {
     let args = json!({"path": endpoint});
     let mut b = binding(&args, Some(session));
     b.endpoint = endpoint.into();
-    match a.check(b, &args, "r", &terms()).await.unwrap() {
-        Check::Pending { id, .. } => id,
-        other => panic!("{other:?}"),
-    }
+    pending_id(&a.check(b, &args, "r", &terms()).await.unwrap())
 }
 
 async fn allow(a: &Approvals, id: &str) {
