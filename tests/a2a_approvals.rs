@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use support::a2a::{py_client_v, A2aServer};
-use support::envoy::{self, EnvoyConfig, KernelAt};
+use support::envoy;
 use support::reference::verify_audit;
 use support::stack::AgentSpec;
 use support::*;
@@ -76,24 +76,8 @@ fn routes(public: &str) -> String {
 /// `/a2a/` to the agent's `/`; `/approvals/page` and `/approvals`
 /// answered by the kernel.
 fn envoy_config(kernel: &Path, agent: u16) -> String {
-    let routes = [
-        envoy::route("a2a", "/a2a/", ", timeout: 0s, prefix_rewrite: \"/\""),
-        envoy::route("approvals-page", "/approvals/page", ""),
-        envoy::route("approvals", "/approvals", ""),
-    ]
-    .concat();
-    EnvoyConfig {
-        kernels: vec![KernelAt::Socket(kernel)],
-        upstream: agent,
-        access_log: "ACCESS %REQ(:METHOD)% %REQ(:PATH)% %RESPONSE_CODE% %DYNAMIC_METADATA(policy_kernel)%",
-        routes,
-        message_timeout: "5s".into(),
-        buffer_limit: None,
-        upstream_limits: false,
-        no_idle_timeout: true,
-        extra_clusters: Vec::new(),
-    }
-    .render()
+    let a2a = envoy::route("a2a", "/a2a/", ", timeout: 0s, prefix_rewrite: \"/\"");
+    support::approvals::envoy_config(kernel, agent, &a2a, Vec::new())
 }
 
 struct A2aApprovals {

@@ -80,7 +80,9 @@ async fn start() -> Approvals {
         )
         .config(&routes())
         .mcp_upstream()
-        .envoy_config(|kernel, upstream| support::approvals::envoy_config(kernel, upstream, "", Vec::new()))
+        .envoy_config(|kernel, upstream| {
+            support::approvals::envoy_config(kernel, upstream, &support::approvals::mcp_route(), Vec::new())
+        })
         .start()
         .await;
     Approvals { s, dir, journal }

@@ -49,7 +49,8 @@ fn routes() -> String {
 /// is a stream; the rest of `/mcp` to the TypeScript server.
 fn envoy_config(kernel: &Path, server: u16, relay: u16) -> String {
     let stream = "              - name: mcp\n                match: {prefix: \"/mcp\", headers: [{name: \":method\", string_match: {exact: GET}}]}\n                route: {cluster: relay, timeout: 0s}\n";
-    support::approvals::envoy_config(kernel, server, stream, vec![("relay", relay)])
+    let service = format!("{stream}{}", support::approvals::mcp_route());
+    support::approvals::envoy_config(kernel, server, &service, vec![("relay", relay)])
 }
 
 struct Notice {

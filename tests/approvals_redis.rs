@@ -90,7 +90,9 @@ async fn start() -> Approvals {
         .agent(tool("tool-b", &journal_b))
         .config(&routes())
         .mcp_upstream()
-        .envoy_config(|kernel, upstream| support::approvals::envoy_config(kernel, upstream, "", Vec::new()))
+        .envoy_config(|kernel, upstream| {
+            support::approvals::envoy_config(kernel, upstream, &support::approvals::mcp_route(), Vec::new())
+        })
         .start()
         .await;
     Approvals {

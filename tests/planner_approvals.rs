@@ -9,7 +9,7 @@ mod support;
 use std::path::Path;
 
 use serde_json::{json, Value};
-use support::envoy::{self, EnvoyConfig, KernelAt};
+use support::envoy;
 use support::reference;
 use support::sse_upstream::Script;
 use support::stack::AgentSpec;
@@ -41,23 +41,9 @@ fn routes() -> String {
     )
 }
 
+/// `/plan` to the model API; `/approvals` answered by the kernel.
 fn envoy_config(kernel: &Path, upstream: u16) -> String {
-    EnvoyConfig {
-        kernels: vec![KernelAt::Socket(kernel)],
-        upstream,
-        access_log: "ACCESS %REQ(:METHOD)% %REQ(:PATH)% %RESPONSE_CODE% %DYNAMIC_METADATA(policy_kernel)%",
-        routes: [
-            envoy::route("plan", "/plan", ""),
-            envoy::route("approvals", "/approvals", ""),
-        ]
-        .concat(),
-        message_timeout: "5s".into(),
-        buffer_limit: None,
-        upstream_limits: false,
-        no_idle_timeout: false,
-        extra_clusters: Vec::new(),
-    }
-    .render()
+    support::approvals::envoy_config(kernel, upstream, &envoy::route("plan", "/plan", ""), Vec::new())
 }
 
 fn completion(calls: &[(&str, Value)]) -> Value {

@@ -1,17 +1,21 @@
-//! The Envoy of the approvals end-to-end tests: `/mcp` to the MCP server,
+//! The Envoy of the approvals end-to-end tests: the service's routes, then
 //! `/approvals/page` and `/approvals` answered by the kernel.
 
 use std::path::Path;
 
 use super::envoy::{self, EnvoyConfig, KernelAt};
 
-/// The config: `first` (routes matched before the others), then `/mcp` (to
-/// the server on `upstream`, 30 s), `/approvals/page` and `/approvals`;
-/// `clusters` beside the server's; no idle timeout (streams stay open).
-pub fn envoy_config(kernel: &Path, upstream: u16, first: &str, clusters: Vec<(&str, u16)>) -> String {
+/// `/mcp` to the server (30 s), as [`envoy_config`]'s `service` routes.
+pub fn mcp_route() -> String {
+    envoy::route("mcp", "/mcp", ", timeout: 30s")
+}
+
+/// The config: `service` (the routes to the server on `upstream`, matched
+/// first), then `/approvals/page` and `/approvals`; `clusters` beside the
+/// server's; no idle timeout (streams stay open).
+pub fn envoy_config(kernel: &Path, upstream: u16, service: &str, clusters: Vec<(&str, u16)>) -> String {
     let routes = [
-        first.to_string(),
-        envoy::route("mcp", "/mcp", ", timeout: 30s"),
+        service.to_string(),
         envoy::route("approvals-page", "/approvals/page", ""),
         envoy::route("approvals", "/approvals", ""),
     ]
