@@ -95,22 +95,14 @@ async fn start() -> A2aApprovals {
     let acted = dir.join("acted.jsonl");
     let server = A2aServer::start_with(&dir, Some(&acted));
     let port = server.port;
-    let entry = "      health_check_timeout_ms: 1000\n";
     let journal_arg = format!("--approvals-journal={}", journal.display());
     let s = b
-        .agent(
-            AgentSpec::bin("auth-agent", "auth-agent", &[])
-                .env("DEMO_JWT_SECRET", SECRET)
-                .entry(entry),
-        )
-        .agent(
-            AgentSpec::bin(
-                "tool-agent",
-                "tool-agent",
-                &[&journal_arg, "--approvals-per-principal=6"],
-            )
-            .entry(entry),
-        )
+        .agent(AgentSpec::bin("auth-agent", "auth-agent", &[]).env("DEMO_JWT_SECRET", SECRET))
+        .agent(AgentSpec::bin(
+            "tool-agent",
+            "tool-agent",
+            &[&journal_arg, "--approvals-per-principal=6"],
+        ))
         .config("  route_policies: []\n")
         .envoy_config(move |kernel, _| envoy_config(kernel, port))
         .start()

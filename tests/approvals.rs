@@ -62,22 +62,14 @@ async fn start() -> Approvals {
     let b = Stack::builder();
     let dir = b.dir().to_path_buf();
     let journal = dir.join("approvals.jsonl");
-    let entry = "      health_check_timeout_ms: 1000\n";
     let journal_arg = format!("--approvals-journal={}", journal.display());
     let s = b
-        .agent(
-            AgentSpec::bin("auth-agent", "auth-agent", &[])
-                .env("DEMO_JWT_SECRET", SECRET)
-                .entry(entry),
-        )
-        .agent(
-            AgentSpec::bin(
-                "tool-agent",
-                "tool-agent",
-                &[&journal_arg, "--approvals-per-principal=3"],
-            )
-            .entry(entry),
-        )
+        .agent(AgentSpec::bin("auth-agent", "auth-agent", &[]).env("DEMO_JWT_SECRET", SECRET))
+        .agent(AgentSpec::bin(
+            "tool-agent",
+            "tool-agent",
+            &[&journal_arg, "--approvals-per-principal=3"],
+        ))
         .config(&routes())
         .mcp_upstream()
         .envoy_config(|kernel, upstream| {

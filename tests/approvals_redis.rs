@@ -75,17 +75,12 @@ async fn start() -> Approvals {
     let dir = b.dir().to_path_buf();
     let journal_a = dir.join("approvals-a.jsonl");
     let journal_b = dir.join("approvals-b.jsonl");
-    let entry = "      health_check_timeout_ms: 1000\n";
     let tool = |name: &str, journal: &Path| {
         let journal_arg = format!("--approvals-journal={}", journal.display());
-        AgentSpec::bin(name, "tool-agent", &["--redis-url", &redis.url, &journal_arg]).entry(entry)
+        AgentSpec::bin(name, "tool-agent", &["--redis-url", &redis.url, &journal_arg])
     };
     let s = b
-        .agent(
-            AgentSpec::bin("auth-agent", "auth-agent", &[])
-                .env("DEMO_JWT_SECRET", SECRET)
-                .entry(entry),
-        )
+        .agent(AgentSpec::bin("auth-agent", "auth-agent", &[]).env("DEMO_JWT_SECRET", SECRET))
         .agent(tool("tool-a", &journal_a))
         .agent(tool("tool-b", &journal_b))
         .config(&routes())

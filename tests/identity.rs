@@ -106,7 +106,6 @@ impl IdpStack {
         let d = builder.dir().to_path_buf();
         let idp = NodeIdp::start(&d);
         let (mcp, mcp_port) = mcp_server(&d);
-        let health = "      health_check_timeout_ms: 1000\n";
         let agent_metrics = free_port();
         let metrics_flag = format!("--metrics-addr=127.0.0.1:{agent_metrics}");
         // The kernel's routes name Envoy's origin (the MCP resource), known
@@ -116,9 +115,9 @@ impl IdpStack {
             .agent(
                 AgentSpec::bin("auth", "auth-agent", &[&metrics_flag])
                     .env(GATEWAY_SECRET_ENV, "gateway-secret")
-                    .entry(&format!("      timeout_ms: 3000\n{health}")),
+                    .entry("      timeout_ms: 3000\n"),
             )
-            .agent(AgentSpec::bin("tool", "tool-agent", &[]).entry(health))
+            .agent(AgentSpec::bin("tool", "tool-agent", &[]))
             .config("  route_policies: []\n")
             .envoy_config(move |kernel, echo| envoy_config(kernel, echo, mcp_port))
             .start()

@@ -112,14 +112,7 @@ fn tools(v: &Value) -> Vec<&str> {
 async fn mcp_sessions_through_envoy_are_governed() {
     let b = Stack::builder();
     let audit = b.dir().join("audit.jsonl");
-    // Health checks may wait up to a second: on a busy 2-core machine (debug
-    // builds, parallel compiles) a 100 ms check can miss and turn a request
-    // into the kernel's 503.
-    let agent = |bin: &str, args: &[&str]| {
-        AgentSpec::bin(bin, bin, args)
-            .env("DEMO_JWT_SECRET", SECRET)
-            .entry("      health_check_timeout_ms: 1000\n")
-    };
+    let agent = |bin: &str, args: &[&str]| AgentSpec::bin(bin, bin, args).env("DEMO_JWT_SECRET", SECRET);
     let audit_path = format!("--audit-path={}", audit.display());
     let rate_limit = "        - policy: rateLimit\n          params: {requests_per_second: 0.1, burst: 2, key: \"metadata:mcp.tool\"}\n";
     let audit_log = "        - policy: auditLog\n          params: {log_response_body: false}\n";

@@ -187,25 +187,16 @@ impl StackBuilder {
 
     /// The governing agents of the protocol tests (MCP, A2A): `auth-agent`
     /// (HS256 JWTs signed with `jwt_secret`, read from `DEMO_JWT_SECRET`),
-    /// `tool-agent`, and `guardrail-agent` journaling to `audit`; each
-    /// health-checked within a second.
+    /// `tool-agent`, and `guardrail-agent` journaling to `audit`.
     pub fn governing_agents(self, jwt_secret: &str, audit: &Path) -> Self {
-        let entry = "      health_check_timeout_ms: 1000\n";
         let audit_arg = format!("--audit-path={}", audit.display());
-        self.agent(
-            AgentSpec::bin("auth-agent", "auth-agent", &[])
-                .env("DEMO_JWT_SECRET", jwt_secret)
-                .entry(entry),
-        )
-        .agent(AgentSpec::bin("tool-agent", "tool-agent", &[]).entry(entry))
-        .agent(
-            AgentSpec::bin(
+        self.agent(AgentSpec::bin("auth-agent", "auth-agent", &[]).env("DEMO_JWT_SECRET", jwt_secret))
+            .agent(AgentSpec::bin("tool-agent", "tool-agent", &[]))
+            .agent(AgentSpec::bin(
                 "guardrail-agent",
                 "guardrail-agent",
                 &[&audit_arg, "--audit-fsync-ms=5"],
-            )
-            .entry(entry),
-        )
+            ))
     }
 
     /// The agents' sockets (and test agents' files) in this subdirectory.
