@@ -65,6 +65,7 @@ pub mod approvals;
 pub mod auth;
 pub mod guardrail;
 pub mod jsonrpc;
+pub mod mcp;
 pub mod normalize;
 pub mod param_cache;
 pub mod planner;

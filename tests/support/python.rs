@@ -55,10 +55,17 @@ impl McpServer {
     /// Starts it in `dir` (log `mcp-server.log`; the tool calls it runs,
     /// one JSON line each, in `mcp-calls.jsonl`) and waits for its port.
     pub fn start(dir: &Path) -> Self {
+        Self::start_script(dir, "tests/mcp/server.py", &[])
+    }
+
+    /// Starts `script` (a path from the project's root) with `args` the
+    /// same way.
+    pub fn start_script(dir: &Path, script: &str, args: &[&str]) -> Self {
         let port_file = dir.join("mcp.port");
         let log = dir.join("mcp-server.log");
         let mut cmd = Command::new(python());
-        cmd.arg(root().join("tests/mcp/server.py"))
+        cmd.arg(root().join(script))
+            .args(args)
             .arg("--port-file")
             .arg(&port_file)
             .arg("--record")

@@ -54,6 +54,9 @@ use store::{Effects, Store};
 /// memory), or by every agent using one Redis.
 pub struct Approvals {
     backend: Backend,
+    /// Seals the `requestState` of the MCP 2026-07-28 answers to held
+    /// calls (random here; shared by every agent on one Redis).
+    sealer: crate::mcp::state::Sealer,
     journal: OnceLock<Journal>,
     /// Woken after every decision this agent makes ([`notices`] reads the
     /// events then).
@@ -92,10 +95,24 @@ fn new_id() -> String {
     hex::encode(b)
 }
 
+/// 256 random bits, or `None` without OS randomness.
+pub(crate) fn random_key() -> Option<[u8; 32]> {
+    let mut k = [0u8; 32];
+    getrandom::fill(&mut k).ok().map(|_| k)
+}
+
 impl Approvals {
     /// An empty store in memory with `limits`.
     pub fn memory(limits: Limits) -> Arc<Approvals> {
+        // Without OS randomness, a key from the time and the process (the
+        // seal is not the only check: a held call is released by its exact
+        // binding in the store).
+        let key = random_key().unwrap_or_else(|| {
+            use sha2::Digest;
+            sha2::Sha256::digest(format!("{} {} state-key", now_ms(), std::process::id())).into()
+        });
         Arc::new(Approvals {
+            sealer: crate::mcp::state::Sealer::new(key),
             backend: Backend::Memory(Mutex::new(Store::new(limits))),
             journal: OnceLock::new(),
             changed: tokio::sync::Notify::new(),
@@ -106,11 +123,19 @@ impl Approvals {
     /// with `limits` on this agent's requests, connected now; later
     /// failures reconnect on the next call.
     pub async fn redis(url: &str, limits: Limits) -> Result<Arc<Approvals>, StoreError> {
+        let backend = RedisApprovals::connect(url, limits).await?;
+        let key = backend.state_key().await?;
         Ok(Arc::new(Approvals {
-            backend: Backend::Redis(RedisApprovals::connect(url, limits).await?),
+            sealer: crate::mcp::state::Sealer::new(key),
+            backend: Backend::Redis(backend),
             journal: OnceLock::new(),
             changed: tokio::sync::Notify::new(),
         }))
+    }
+
+    /// What seals the gateway's own MCP `requestState`.
+    pub fn sealer(&self) -> &crate::mcp::state::Sealer {
+        &self.sealer
     }
 
     /// Records every change in `journal` from now on (once).

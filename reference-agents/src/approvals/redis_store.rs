@@ -242,6 +242,28 @@ impl RedisApprovals {
         })
     }
 
+    /// The key that seals the gateway's MCP `requestState`, shared by every
+    /// agent on this Redis: made by the first agent that connects (`SET NX`),
+    /// read by the others.
+    pub async fn state_key(&self) -> Result<[u8; 32], StoreError> {
+        let name = format!("{}state-key", self.prefix);
+        let fresh =
+            super::random_key().ok_or_else(|| StoreError::State("no OS randomness for the state key".into()))?;
+        let mut conn = self.conn.clone();
+        let _: Option<String> = redis::cmd("SET")
+            .arg(&name)
+            .arg(hex::encode(fresh))
+            .arg("NX")
+            .query_async(&mut conn)
+            .await?;
+        let stored: String = redis::cmd("GET").arg(&name).query_async(&mut conn).await?;
+        let bytes = hex::decode(stored.trim()).ok().filter(|b| b.len() == 32);
+        let bytes = bytes.ok_or_else(|| StoreError::State(format!("{name} in Redis is not 32 hex-encoded bytes")))?;
+        let mut key = [0u8; 32];
+        key.copy_from_slice(&bytes);
+        Ok(key)
+    }
+
     /// Pending requests, as the last script that counted them saw.
     pub fn pending(&self) -> usize {
         self.pending.load(Ordering::Relaxed)

@@ -2,7 +2,13 @@
 //! checked against the agent's approvals ([`crate::approvals`]) before the
 //! body is decided, and its outcome becomes a pass, a rewrite or a refusal.
 //!
-//! A call waiting for a decision is answered with JSON-RPC error `-32042`
+//! A call of MCP 2026-07-28 waiting for a decision is answered with an
+//! `input_required` result: a URL elicitation to the approval page and
+//! the gateway's sealed `requestState` ([`modern`], [`ask`]); its retry
+//! is read, the gateway's question and state taken out (the server's state
+//! put back), and released, asked again or refused as the approval says.
+//!
+//! Any other call waiting for a decision is answered with JSON-RPC error `-32042`
 //! (URLElicitationRequired, MCP 2025-11-25) whose `data.elicitations` names
 //! the approval page, when the client declared URL elicitation: per request
 //! (`_meta` `io.modelcontextprotocol/clientCapabilities`, revision
@@ -16,9 +22,11 @@ use serde_json::{json, Value};
 
 use super::deny::Refusal;
 use crate::approvals::{Approvals, Check};
-use crate::jsonrpc::{Message, DENIED};
+use crate::jsonrpc::{Envelope, Message, DENIED};
+use crate::mcp::shapes::{self, Capabilities};
+use crate::mcp::state::{GatewayState, Sealer, APPROVAL_KEY};
 use crate::rules::{ApprovalNeed, Caller};
-use policy_agents::{ParamError, Params, PolicyError, RequestContext};
+use policy_agents::{Deny, ParamError, Params, PolicyError, RequestContext};
 
 /// JSON-RPC error `URLElicitationRequired` (MCP 2025-11-25).
 pub const URL_ELICITATION_REQUIRED: i64 = -32042;
@@ -185,3 +193,135 @@ pub fn rewrite(body: &[u8], batch: bool, index: usize, args: &Value) -> Option<V
     params.insert("arguments".into(), args.clone());
     serde_json::to_vec(&doc).ok()
 }
+
+/// A single MCP 2026-07-28 request, as the approvals answer it: never
+/// -32042 (which that revision forbids), but an `input_required` result
+/// whose question is a URL elicitation to the approval page, with the
+/// gateway's own sealed `requestState` ([`crate::mcp::state`]).
+#[derive(Debug)]
+pub struct Modern<'a> {
+    /// The request's id.
+    pub id: Value,
+    /// The capabilities it declared.
+    pub caps: Capabilities,
+    /// Its binding: caller, endpoint, method, target, arguments.
+    pub call: String,
+    /// The server's own state the client carried (given back on release,
+    /// kept inside the gateway's state while the call waits).
+    pub server_state: Option<String>,
+    /// What seals the gateway's state.
+    pub sealer: &'a Sealer,
+    /// The body to forward when the retry carried the gateway's own
+    /// question and state (taken out, the server's state put back).
+    pub stripped: Option<Vec<u8>>,
+}
+
+/// Reads a single 2026-07-28 request for the approvals (`Ok(None)` for any
+/// other body), with the body to forward when the retry carried the
+/// gateway's own question and state; `Err` (400, -32602, as the SDK servers answer) when that state is
+/// forged, altered, expired or issued for another call.
+pub fn modern<'a>(
+    sealer: &'a Sealer,
+    caller: &Caller,
+    ctx: &RequestContext<'_>,
+    env: &Envelope,
+) -> Result<Option<Modern<'a>>, Deny> {
+    let [m] = env.messages.as_slice() else {
+        return Ok(None);
+    };
+    let (false, Some(id)) = (env.batch, m.id.clone()) else {
+        return Ok(None);
+    };
+    let Ok(Some(call)) = shapes::read_call(m) else {
+        return Ok(None);
+    };
+    if !call.is_2026() {
+        return Ok(None);
+    }
+    let binding = super::input_requests::call_key(ctx.request.path(), caller, &call);
+    let bad_state = |why: &str| {
+        Deny::json(
+            400,
+            &super::deny::error_object(
+                id.clone(),
+                crate::jsonrpc::INVALID_PARAMS,
+                "Invalid or expired requestState",
+                Some(&json!({"reason": "invalid_request_state", "detail": why})),
+            ),
+        )
+        .reason("invalid_request_state")
+    };
+    let ours = match call.request_state.map(|s| sealer.open(s, crate::approvals::now_ms())) {
+        None | Some(Ok(None)) => None,
+        Some(Err(why)) => return Err(bad_state(why)),
+        Some(Ok(Some(st))) if st.call != binding => return Err(bad_state("issued for another call")),
+        Some(Ok(Some(st))) => Some(st),
+    };
+    let ours_asked = call.input_responses.is_some_and(|r| r.contains_key(APPROVAL_KEY));
+    let mut modern = Modern {
+        id,
+        caps: call.capabilities.unwrap_or_default(),
+        call: binding,
+        server_state: call.request_state.map(String::from),
+        sealer,
+        stripped: None,
+    };
+    if ours.is_none() && !ours_asked {
+        return Ok(Some(modern));
+    }
+    modern.server_state = ours.and_then(|st| st.server);
+    let body = ctx.request.body().unwrap_or_default();
+    let Ok(mut doc) = serde_json::from_slice::<Value>(body) else {
+        return Ok(Some(modern));
+    };
+    if let Some(params) = doc.get_mut("params").and_then(Value::as_object_mut) {
+        if let Some(r) = params.get_mut("inputResponses").and_then(Value::as_object_mut) {
+            r.remove(APPROVAL_KEY);
+            if r.is_empty() {
+                params.remove("inputResponses");
+            }
+        }
+        match &modern.server_state {
+            Some(s) => params.insert("requestState".into(), Value::String(s.clone())),
+            None => params.remove("requestState"),
+        };
+    }
+    modern.stripped = serde_json::to_vec(&doc).ok();
+    Ok(Some(modern))
+}
+
+/// The answer to a 2026-07-28 call waiting for approval `id` (until
+/// `expires_ms`): an `input_required` result asking the client to open
+/// the page at `url`, with the gateway's sealed state; -32021 with
+/// `requiredCapabilities` when the request did not declare URL
+/// elicitation.
+pub fn ask(m: &Modern<'_>, approval: &str, expires_ms: u64, url: &str, message: &str) -> Deny {
+    if !m.caps.url {
+        let data = json!({"requiredCapabilities": {"elicitation": {"url": {}}}, "reason": "approval_required",
+            "approval_id": approval, "approval_url": url});
+        let body = super::deny::error_object(
+            m.id.clone(),
+            crate::mcp::MISSING_CAPABILITY,
+            "approval required: the client must declare elicitation.url to be sent to the approval page",
+            Some(&data),
+        );
+        return Deny::json(400, &body).reason("approval_required");
+    }
+    let state = m.sealer.seal(&GatewayState {
+        approval: approval.to_string(),
+        call: m.call.clone(),
+        // Good for the retry after a decision made at the last moment.
+        expires_ms: expires_ms.saturating_add(STATE_GRACE_MS),
+        server: m.server_state.clone(),
+    });
+    let body = json!({"jsonrpc": "2.0", "id": m.id, "result": {
+        "resultType": "input_required",
+        "inputRequests": {APPROVAL_KEY: {"method": "elicitation/create",
+            "params": {"mode": "url", "message": message, "url": url}}},
+        "requestState": state,
+    }});
+    Deny::json(200, &body).reason("approval_required")
+}
+
+/// How long after its approval's expiry the gateway's state still opens.
+const STATE_GRACE_MS: u64 = 10 * 60 * 1000;

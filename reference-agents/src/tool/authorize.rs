@@ -32,7 +32,7 @@ use crate::auth::bearer_challenge;
 use crate::jsonrpc::{classify, Envelope, Kind, MethodClass, DENIED};
 use crate::param_cache::ParamCache;
 use crate::rules::{strip_prefix, ApprovalNeed, Caller, Rules};
-use policy_agents::{describe, Params, Policy, PolicyError, RequestContext, RequestOutcome};
+use policy_agents::{describe, Deny, Params, Policy, PolicyError, RequestContext, RequestOutcome};
 
 const NAME: &str = "mcpToolAuthorization";
 const KEYS: &[&str] = &[
@@ -160,6 +160,12 @@ pub struct Approved<'a> {
     pub page: String,
     /// The request body (for a constrained grant's rewrite).
     pub body: Option<&'a [u8]>,
+    /// The body to forward instead of the request's: a 2026-07-28 retry
+    /// with the gateway's own question and state taken out.
+    pub stripped: Option<&'a [u8]>,
+    /// A single 2026-07-28 request: held calls are asked by an
+    /// `input_required` result, not -32042.
+    pub modern: Option<&'a approve::Modern<'a>>,
 }
 
 /// Joins up to 512 bytes of names for a batch's metadata.
@@ -280,6 +286,9 @@ pub fn authorize_approved(
     };
     let mut out = if refusals.is_empty() {
         let mut out = RequestOutcome::proceed();
+        if let Some(b) = approved.stripped {
+            out = out.set_body(b.to_vec());
+        }
         for (i, check) in &granted {
             if let Check::Granted { args: Some(args), .. } = check {
                 match approved.body.and_then(|b| approve::rewrite(b, env.batch, *i, args)) {
@@ -302,6 +311,8 @@ pub fn authorize_approved(
             }
         }
         out
+    } else if let (Some(d), false) = (modern_ask(cfg, env, approved, &refusals), plain_refusal) {
+        RequestOutcome::denied_with(d)
     } else if let (Some(status), false) = (approval_status, plain_refusal) {
         let mut d = deny::render(
             Style::JsonRpcError,
@@ -346,6 +357,24 @@ pub fn authorize_approved(
         },
         _ => out,
     }
+}
+
+/// The answer to a single 2026-07-28 call that waits for approval: the
+/// `input_required` result of [`approve::ask`] (unless param
+/// `url_elicitation: never`).
+fn modern_ask(cfg: &AuthzConfig, env: &Envelope, approved: &Approved<'_>, refusals: &[Refusal]) -> Option<Deny> {
+    let m = approved
+        .modern
+        .filter(|_| !env.batch && cfg.url_elicitation != UrlElicitation::Never)?;
+    let Some(Check::Pending { id, expires_ms, .. }) = approved.checks.first().and_then(Option::as_ref) else {
+        return None;
+    };
+    let r = refusals.first()?;
+    let url = r.data["approval_url"].as_str()?;
+    let message = r.data["elicitations"][0]["message"]
+        .as_str()
+        .unwrap_or("Approve the call");
+    Some(approve::ask(m, id, *expires_ms, url, message))
 }
 
 /// The `mcpToolAuthorization` policy.
@@ -407,7 +436,22 @@ impl Policy for McpToolAuthorization {
             Incoming::Messages(env) => env,
         };
         let caller = Caller::from_metadata(ctx.metadata);
-        let mut approved = Approved::default();
+        let modern = match self.approvals.as_deref() {
+            Some(a) => match approve::modern(a.sealer(), &caller, ctx, &env) {
+                Ok(m) => m,
+                Err(d) => {
+                    return Ok(RequestOutcome::denied_with(d)
+                        .set_metadata("mcp.decision", "deny")
+                        .set_metadata("mcp.rule", "invalid_request_state"))
+                }
+            },
+            None => None,
+        };
+        let mut approved = Approved {
+            stripped: modern.as_ref().and_then(|m| m.stripped.as_deref()),
+            modern: modern.as_ref(),
+            ..Approved::default()
+        };
         for m in &env.messages {
             let check = match need_of(&cfg, &caller, m) {
                 Some((need, target)) => {
@@ -419,7 +463,7 @@ impl Policy for McpToolAuthorization {
         }
         if approved.checks.iter().any(Option::is_some) {
             approved.page = crate::approvals::page_url(params, &ctx.request);
-            approved.body = ctx.request.body();
+            approved.body = approved.stripped.or(ctx.request.body());
         }
         Ok(authorize_approved(&cfg, &caller, &env, &approved))
     }

@@ -126,23 +126,11 @@ pub enum Incoming {
     Bad(Deny),
 }
 
-/// The value of an MCP routing header: as sent, or decoded from the SDK's
-/// `=?base64?...?=` form (names that are not printable ASCII); `None` when
-/// that form does not decode to UTF-8.
-pub fn routing_header(raw: &str) -> Option<String> {
-    use base64::Engine;
-    match raw.strip_prefix("=?base64?").and_then(|r| r.strip_suffix("?=")) {
-        Some(payload) => base64::engine::general_purpose::STANDARD
-            .decode(payload)
-            .ok()
-            .and_then(|b| String::from_utf8(b).ok()),
-        None => Some(raw.to_string()),
-    }
-}
-
-/// Reads the JSON-RPC messages of a request. The `mcp-method` and
-/// `mcp-name` headers (MCP 2026-07-28) must agree with a single message's
-/// method and target: a header that disagrees could hide another call.
+/// Reads the JSON-RPC messages of a request, each through the MCP reader
+/// ([`crate::mcp::shapes`]: what it cannot read is a 400 with -32602). The
+/// routing headers of MCP 2026-07-28 must agree with the body
+/// ([`crate::mcp::headers`]: a 400 with -32020 otherwise): a header that
+/// disagrees could hide another call.
 pub fn incoming(policy: &str, ctx: &RequestContext<'_>) -> Result<Incoming, PolicyError> {
     if !ctx.request.method().eq_ignore_ascii_case("POST") {
         return Ok(Incoming::NotPost);
@@ -162,32 +150,18 @@ pub fn incoming(policy: &str, ctx: &RequestContext<'_>) -> Result<Incoming, Poli
         _ => Value::Null,
     };
     for m in &env.messages {
-        if let Err(why) = m.target() {
+        if let Err(e) = crate::mcp::shapes::read_call(m) {
+            let id = single_id.clone();
             return Ok(Incoming::Bad(bad_body(
-                &BodyError::new(jsonrpc::INVALID_PARAMS, why).with_id(single_id),
+                &BodyError::new(jsonrpc::INVALID_PARAMS, e.0).with_id(id),
             )));
         }
     }
-    let mismatch = |what: &str| {
-        Incoming::Bad(bad_body(
-            &BodyError::new(
-                jsonrpc::INVALID_REQUEST,
-                format!("header {what} does not match the body"),
-            )
-            .with_id(single_id.clone()),
-        ))
-    };
-    if let Some(h) = ctx.request.header("mcp-method") {
-        match env.messages.as_slice() {
-            [m] if m.method.is_some() && m.method == routing_header(h) => {}
-            _ => return Ok(mismatch("mcp-method")),
-        }
-    }
-    if let Some(h) = ctx.request.header("mcp-name") {
-        match env.messages.as_slice() {
-            [m] if matches!((m.target(), routing_header(h)), (Ok(Some(t)), Some(v)) if t == v) => {}
-            _ => return Ok(mismatch("mcp-name")),
-        }
+    if let Some(why) = crate::mcp::headers::mismatch(|n| ctx.request.header(n), &env) {
+        return Ok(Incoming::Bad(
+            Deny::json(400, &error_object(single_id, crate::mcp::HEADER_MISMATCH, &why, None))
+                .reason("header_mismatch"),
+        ));
     }
     Ok(Incoming::Messages(env))
 }

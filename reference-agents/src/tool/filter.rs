@@ -1,5 +1,10 @@
-//! `mcpToolFilter`: a `tools/list` reply shows only the tools the caller
-//! may call.
+//! `mcpToolFilter`: a list shows only what the caller may use: the tools
+//! of `tools/list` it may call, the prompts of `prompts/list` it may get,
+//! the resources of `resources/list` it may read (by the same rules, on
+//! `tools/call`, `prompts/get` and `resources/read`). Every list it reads,
+//! `resources/templates/list` too, is marked `cacheScope: "private"` (MCP
+//! 2026-07-28 caching: a list filtered per caller is not for a shared
+//! cache), on every page, whatever the server said.
 //!
 //! Response phase, with the body. Every JSON-RPC message of the reply
 //! (`application/json`, or each event of a `text/event-stream`) whose
@@ -34,19 +39,66 @@ use policy_agents::{
 const NAME: &str = "mcpToolFilter";
 const KEYS: &[&str] = &["rules", "denial", "tool_prefix_separator"];
 
-/// Drops the tools `caller` may not call from one message; (kept, dropped).
-pub fn filter_message(cfg: &AuthzConfig, caller: &Caller, msg: &mut Value) -> (usize, usize) {
-    let Some(tools) = msg.pointer_mut("/result/tools").and_then(Value::as_array_mut) else {
-        return (0, 0);
+/// What [`filter_message`] did to one message.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Filtered {
+    /// Items kept.
+    pub kept: usize,
+    /// Items dropped.
+    pub dropped: usize,
+    /// Lists read.
+    pub lists: usize,
+    /// Whether the message changed.
+    pub changed: bool,
+}
+
+/// The lists of a result the filter reads: the key, the method a listed
+/// item is called by, and the item's member naming its target (`None`:
+/// not filtered, templates are no target a rule names).
+const LISTS: &[(&str, &str, Option<&str>)] = &[
+    ("tools", "tools/call", Some("name")),
+    ("prompts", "prompts/get", Some("name")),
+    ("resources", "resources/read", Some("uri")),
+    ("resourceTemplates", "resources/read", None),
+];
+
+/// Drops the tools, prompts and resources `caller` may not call, read or
+/// get from one message, and marks the list `cacheScope: "private"` (MCP
+/// 2026-07-28: a list filtered per caller may be served only to the same
+/// caller, whatever the server said).
+pub fn filter_message(cfg: &AuthzConfig, caller: &Caller, msg: &mut Value) -> Filtered {
+    let mut out = Filtered::default();
+    let Some(result) = msg.get_mut("result").and_then(Value::as_object_mut) else {
+        return out;
     };
-    let before = tools.len();
-    tools.retain(|t| {
-        t.get("name").and_then(Value::as_str).is_some_and(|name| {
-            let name = strip_prefix(name, cfg.prefix_separator.as_deref());
-            cfg.rules.decide("tools/call", Some(name), caller).callable()
-        })
-    });
-    (tools.len(), before - tools.len())
+    for (key, method, member) in LISTS {
+        let Some(items) = result.get_mut(*key).and_then(Value::as_array_mut) else {
+            continue;
+        };
+        out.lists += 1;
+        let before = items.len();
+        if let Some(member) = member {
+            items.retain(|t| {
+                t.get(*member).and_then(Value::as_str).is_some_and(|name| {
+                    let name = strip_prefix(name, cfg.prefix_separator.as_deref());
+                    cfg.rules.decide(method, Some(name), caller).callable()
+                })
+            });
+        }
+        out.kept += items.len();
+        out.dropped += before - items.len();
+    }
+    // A 2026-07-28 result says how it may be cached (`cacheScope`,
+    // `ttlMs`, `resultType`); an older one says nothing and is left so.
+    let modern = ["cacheScope", "ttlMs", "resultType"]
+        .iter()
+        .any(|k| result.contains_key(*k));
+    out.changed = out.dropped > 0;
+    if out.lists > 0 && modern && result.get("cacheScope").and_then(Value::as_str) != Some("private") {
+        result.insert("cacheScope".into(), Value::String("private".into()));
+        out.changed = true;
+    }
+    out
 }
 
 /// The counts carried between the calls of a stream: `kept hidden`.
@@ -114,13 +166,11 @@ impl Policy for McpToolFilter {
                 one => vec![one],
             };
             for m in items {
-                if m.pointer("/result/tools").is_some_and(Value::is_array) {
-                    lists += 1;
-                }
-                let (k, h) = filter_message(&cfg, &caller, m);
-                kept += k;
-                hidden += h;
-                event_changed |= h > 0;
+                let f = filter_message(&cfg, &caller, m);
+                kept += f.kept;
+                hidden += f.dropped;
+                lists += f.lists;
+                event_changed |= f.changed;
             }
             if event_changed {
                 changed = true;
@@ -171,13 +221,11 @@ impl Policy for McpToolFilter {
         let caller = Caller::from_metadata(ctx.metadata);
         let (mut kept, mut hidden, mut lists) = (0, 0, 0);
         let new = reply::rewrite(body, format, &mut |msg| {
-            if msg.pointer("/result/tools").is_some_and(Value::is_array) {
-                lists += 1;
-            }
-            let (k, h) = filter_message(&cfg, &caller, msg);
-            kept += k;
-            hidden += h;
-            h > 0
+            let f = filter_message(&cfg, &caller, msg);
+            kept += f.kept;
+            hidden += f.dropped;
+            lists += f.lists;
+            f.changed
         })
         .map_err(|e| PolicyError::new(format!("{NAME}: {e}")))?;
         let out = match new {

@@ -38,6 +38,7 @@ mod authorize;
 pub(crate) mod deny;
 pub mod events;
 mod filter;
+mod input_requests;
 pub mod paths;
 mod reply;
 mod schema;

@@ -48,28 +48,33 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::deny::{self, config_error, Incoming};
 use super::events::{self, EventMessage, PENDING_ID};
-use super::server_checks::{decide, normalise, Checks, Verdict};
+use super::input_requests;
+use super::reply::{self, Format};
+use super::server_checks::{normalise, Checks, Verdict};
 use super::urls::HostPattern;
 use crate::jsonrpc::{Kind, DENIED};
+use crate::mcp::shapes::Capabilities;
 use crate::param_cache::ParamCache;
 use crate::planner::SessionStore;
 use crate::rules::{Caller, Rules};
+use policy_agents::stream::sse;
 use policy_agents::{
     describe, ChunkContext, ChunkOutcome, Deny, Framing, ParamError, Params, Policy, PolicyError, RequestContext,
-    RequestOutcome,
+    RequestOutcome, ResponseContext, ResponseOutcome,
 };
 
-const NAME: &str = "mcpServerRequestGuard";
+pub(super) const NAME: &str = "mcpServerRequestGuard";
 const KEYS: &[&str] = &[
     "rules",
     "allowed_hosts",
     "allowed_ports",
     "secret_fields_allowed",
     "check_client_responses",
+    "check_input_responses",
     "pending_ttl_s",
     "jsonrpc_error_code",
 ];
@@ -82,6 +87,7 @@ pub const REFUSED: &str = "mcp_server_request_refused";
 pub struct GuardParams {
     checks: Checks,
     check_responses: bool,
+    check_inputs: bool,
     ttl: Duration,
     code: i64,
 }
@@ -113,6 +119,7 @@ impl GuardParams {
                 secret_fields_allowed: p.list("secret_fields_allowed")?.iter().map(|s| normalise(s)).collect(),
             },
             check_responses: p.bool_or("check_client_responses", false)?,
+            check_inputs: p.bool_or("check_input_responses", true)?,
             ttl: Duration::from_secs(ttl_s),
             code: p.parse_or("jsonrpc_error_code", DENIED)?,
         })
@@ -128,6 +135,12 @@ struct State {
 }
 
 impl State {
+    fn record_all(&mut self, decided: &[(String, Verdict)]) {
+        for (m, v) in decided {
+            self.record(m, v);
+        }
+    }
+
     fn record(&mut self, method: &str, v: &Verdict) {
         if v.allowed {
             self.allowed += 1;
@@ -148,14 +161,32 @@ impl State {
         }
     }
 
+    /// The metadata of the decisions so far, `last` the newest.
+    fn metadata(&self, last: Option<(&str, &Verdict)>) -> Vec<(&'static str, String)> {
+        let Some((method, v)) = last else { return Vec::new() };
+        vec![
+            ("mcp.server_method", super::metadata_text(method)),
+            (
+                "mcp.server_decision",
+                if v.allowed { "allow" } else { "deny" }.to_string(),
+            ),
+            ("mcp.server_rule", v.rule.clone()),
+            ("mcp.server_requests", self.log.clone()),
+            ("mcp.server_requests_allowed", self.allowed.to_string()),
+            ("mcp.server_requests_refused", self.refused.to_string()),
+        ]
+    }
+
     fn outcome(&self, out: ChunkOutcome, last: Option<(&str, &Verdict)>) -> ChunkOutcome {
-        let Some((method, v)) = last else { return out };
-        out.set_metadata("mcp.server_method", super::metadata_text(method))
-            .set_metadata("mcp.server_decision", if v.allowed { "allow" } else { "deny" })
-            .set_metadata("mcp.server_rule", v.rule.clone())
-            .set_metadata("mcp.server_requests", self.log.clone())
-            .set_metadata("mcp.server_requests_allowed", self.allowed.to_string())
-            .set_metadata("mcp.server_requests_refused", self.refused.to_string())
+        self.metadata(last)
+            .into_iter()
+            .fold(out, |o, (k, v)| o.set_metadata(k, v))
+    }
+
+    fn response_outcome(&self, out: ResponseOutcome, last: Option<(&str, &Verdict)>) -> ResponseOutcome {
+        self.metadata(last)
+            .into_iter()
+            .fold(out, |o, (k, v)| o.set_metadata(k, v))
     }
 }
 
@@ -264,13 +295,91 @@ impl Policy for McpServerRequestGuard {
         if let Some(out) = self.check_responses(&cfg, ctx, &env).await? {
             return Ok(out);
         }
-        Ok(match env.messages.as_slice() {
-            [m] if !env.batch && m.kind == Kind::Request => match m.id.as_ref().and_then(events::id_text) {
-                Some(id) => RequestOutcome::proceed().set_metadata(PENDING_ID, id),
-                None => RequestOutcome::proceed(),
-            },
-            _ => RequestOutcome::proceed(),
-        })
+        let [m] = env.messages.as_slice() else {
+            return Ok(RequestOutcome::proceed());
+        };
+        let (false, Kind::Request, Some(id)) = (env.batch, m.kind, m.id.as_ref()) else {
+            return Ok(RequestOutcome::proceed());
+        };
+        let mut out = RequestOutcome::proceed();
+        if let Some(text) = events::id_text(id) {
+            out = out.set_metadata(PENDING_ID, text);
+        }
+        // `incoming` read every message through the reader already.
+        if let Ok(Some(call)) = crate::mcp::shapes::read_call(m) {
+            match input_requests::check_retry(&self.store, cfg.ttl, ctx, &call, id, cfg.check_inputs).await? {
+                Ok(metadata) => {
+                    for (k, v) in metadata {
+                        out = out.set_metadata(k, v);
+                    }
+                }
+                Err(refused) => return Ok(refused),
+            }
+        }
+        Ok(out)
+    }
+
+    async fn on_response(&self, params: &Params, ctx: &ResponseContext<'_>) -> Result<ResponseOutcome, PolicyError> {
+        let cfg = self
+            .cache
+            .get(params, GuardParams::parse)
+            .map_err(|e| config_error(NAME, &e))?;
+        let Some(format) = Format::of(ctx.response.header("content-type")) else {
+            return Ok(ResponseOutcome::proceed());
+        };
+        let body = match ctx.response.body() {
+            Some(b) if !b.is_empty() => b,
+            _ => return Ok(ResponseOutcome::proceed()),
+        };
+        let caller = Caller::from_metadata(ctx.metadata);
+        let caps = ctx
+            .metadata
+            .get(input_requests::CAPABILITIES)
+            .map(Capabilities::from_metadata);
+        let mut st = State::default();
+        let mut keys = Vec::new();
+        let mut refused = None;
+        let mut unreadable = None;
+        let mut last: Option<(String, Verdict)> = None;
+        let read = reply::each(body, format, &mut |doc| {
+            if refused.is_some() {
+                return;
+            }
+            let j = input_requests::judge(&cfg.checks, &caller, caps, doc);
+            st.record_all(&j.decided);
+            if let Some(d) = j.decided.iter().rev().find(|(_, v)| v.allowed) {
+                last = Some(d.clone());
+            }
+            keys.extend(j.keys);
+            if let Some(r) = j.refused {
+                let id = doc.get("id").cloned().or_else(|| events::pending_id(ctx.metadata));
+                refused = Some((r, id));
+            }
+        });
+        if let Err(e) = read {
+            unreadable = Some(e);
+        }
+        if let Some(e) = unreadable.filter(|_| format == Format::Json) {
+            let v = Verdict {
+                allowed: false,
+                rule: input_requests::UNREADABLE.into(),
+                detail: Some(e),
+            };
+            refused = Some((("reply".to_string(), v, None), events::pending_id(ctx.metadata)));
+        }
+        let Some(((method, verdict, key), id)) = refused else {
+            input_requests::remember(&self.store, ctx.metadata, &keys, cfg.ttl).await?;
+            let last = last.as_ref().map(|(m, v)| (m.as_str(), v));
+            return Ok(st.response_outcome(ResponseOutcome::proceed(), last));
+        };
+        tracing::warn!(policy = NAME, request_id = %ctx.call.request_id, method = %method, rule = %verdict.rule,
+            "server request refused");
+        let doc = input_requests::refusal(id.unwrap_or(Value::Null), cfg.code, &method, &verdict, key.as_deref());
+        let body = match format {
+            Format::Json => doc.to_string().into_bytes(),
+            Format::Sse => sse::event("message", &doc.to_string()).to_vec(),
+        };
+        Ok(st.response_outcome(ResponseOutcome::proceed().set_body(body), Some((&method, &verdict))))
     }
 
     async fn on_response_chunk(&self, params: &Params, ctx: &ChunkContext<'_>) -> Result<ChunkOutcome, PolicyError> {
@@ -295,6 +404,10 @@ impl Policy for McpServerRequestGuard {
             .header("mcp-session-id")
             .filter(|s| cfg.check_responses && !s.is_empty())
             .map(|s| session_key(ctx.request.path(), s));
+        let caps = ctx
+            .metadata
+            .get(input_requests::CAPABILITIES)
+            .map(Capabilities::from_metadata);
         let mut last: Option<(String, Verdict)> = None;
         let mut out: Vec<Bytes> = Vec::with_capacity(ctx.events.len());
         let mut dropped = false;
@@ -303,38 +416,32 @@ impl Policy for McpServerRequestGuard {
                 out.push(ev.clone());
                 continue;
             };
-            let mut refused = None;
-            for m in events::messages(&v) {
-                let Some((method, id)) = events::server_request(m) else {
-                    continue;
-                };
-                let verdict = decide(&cfg.checks, &caller, method, m.get("params"));
-                st.record(method, &verdict);
-                if verdict.allowed {
-                    if let (Some(key), Some(id)) = (&session, events::id_text(id)) {
-                        self.store
-                            .remember_request(key, &id, cfg.ttl)
-                            .await
-                            .map_err(|e| e.policy_error(NAME))?;
-                    }
-                    last = Some((method.to_string(), verdict));
-                } else {
-                    refused = Some((method.to_string(), verdict));
-                    break;
+            let j = input_requests::judge(&cfg.checks, &caller, caps, &v);
+            st.record_all(&j.decided);
+            if let Some(d) = j.decided.iter().rev().find(|(_, v)| v.allowed) {
+                last = Some(d.clone());
+            }
+            if let Some(key) = &session {
+                for id in &j.ids {
+                    self.store
+                        .remember_request(key, id, cfg.ttl)
+                        .await
+                        .map_err(|e| e.policy_error(NAME))?;
                 }
             }
-            if let Some((method, verdict)) = refused {
+            input_requests::remember(&self.store, ctx.metadata, &j.keys, cfg.ttl).await?;
+            if let Some((method, verdict, key)) = j.refused {
                 tracing::warn!(policy = NAME, request_id = %ctx.call.request_id, method = %method, rule = %verdict.rule,
                     "server request refused");
-                let data = json!({"method": method, "rule": verdict.rule, "field": verdict.detail});
-                let message = format!("the server's {method} request was refused by policy");
                 let Some(id) = events::pending_id(ctx.metadata) else {
                     // A GET stream: drop the event, keep the stream.
                     dropped = true;
                     last = Some((method, verdict));
                     continue;
                 };
-                out.push(events::refusal_event(&id, cfg.code, &message, &data));
+                let doc = input_requests::refusal(id, cfg.code, &method, &verdict, key.as_deref());
+                out.push(sse::event("message", &doc.to_string()));
+                let message = format!("the server's {method} request was refused by policy");
                 let end = ChunkOutcome::end_stream(REFUSED, message).replace(out);
                 let state = serde_json::to_vec(&st).map_err(|e| PolicyError::new(format!("{NAME}: {e}")))?;
                 return Ok(st.outcome(end, Some((&method, &verdict))).state(state));

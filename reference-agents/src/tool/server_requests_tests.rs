@@ -1,6 +1,7 @@
 use super::*;
 use policy_agents::stream::sse;
 use policy_agents::testing::{TestCall, TestRequest, TestResponse};
+use serde_json::json;
 
 const RULES: &str = r#"[{"name": "ask", "effect": "allow", "methods": ["elicitation/create", "roots/list"]}, {"name": "sample", "effect": "allow", "methods": ["sampling/createMessage"], "when": {"roles_any": ["admin"]}}]"#;
 
