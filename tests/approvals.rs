@@ -432,7 +432,8 @@ async fn the_page_decides_for_the_python_sdk_and_grants_keep_their_scope() {
     );
 
     // A client that says it cannot do URL elicitation (2026-07-28 `_meta`)
-    // gets a plain JSON-RPC error with the URL and the id.
+    // gets -32021 (a missing client capability) naming the capability, with
+    // the URL and the id.
     let plain = Client::start(
         "python",
         &url,
@@ -441,7 +442,12 @@ async fn the_page_decides_for_the_python_sdk_and_grants_keep_their_scope() {
         &a.dir,
     );
     let e = plain.next();
-    assert_eq!(e["error"]["code"], -32001, "{e}");
+    assert_eq!(e["error"]["code"], -32021, "{e}");
+    assert_eq!(
+        e["error"]["data"]["requiredCapabilities"],
+        json!({"elicitation": {"url": {}}}),
+        "{e}"
+    );
     let aid = e["error"]["data"]["approval_id"]
         .as_str()
         .unwrap_or_else(|| panic!("{e}"))

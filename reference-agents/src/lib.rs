@@ -39,6 +39,11 @@
 //!   planned tool calls.
 //! * [`jsonrpc`]: JSON-RPC 2.0 bodies (one message or a batch), parsed
 //!   strictly.
+//! * [`mcp`]: MCP as both revisions (2025-11-25, 2026-07-28) put it on the
+//!   wire: `mcp::shapes`, the one reader of calls and replies (server
+//!   questions in either form, `input_required` results, tasks);
+//!   `mcp::headers`, the 2026 routing headers (-32020); `mcp::state`, the
+//!   gateway's own sealed `requestState`.
 //! * [`normalize`]: folding text to the plain form detectors read
 //!   (NFKC, confusables, invisible characters, leetspeak, embedded
 //!   encodings), with offsets back into the original.

@@ -26,6 +26,7 @@ pub mod jwt;
 pub mod kernel;
 pub mod load;
 pub mod management;
+pub mod mcp_2026;
 pub mod mcp_ts;
 pub mod procs;
 pub mod python;

@@ -58,12 +58,16 @@ impl McpServer {
         Self::start_script(dir, "tests/mcp/server.py", &[])
     }
 
-    /// Starts `script` (a path from the project's root) with `args` the
-    /// same way.
+    /// Starts `script` (a path from the project's root: Python, or Node
+    /// for `.mjs`) with `args` the same way.
     pub fn start_script(dir: &Path, script: &str, args: &[&str]) -> Self {
         let port_file = dir.join("mcp.port");
         let log = dir.join("mcp-server.log");
-        let mut cmd = Command::new(python());
+        let mut cmd = Command::new(if script.ends_with(".mjs") {
+            "node".into()
+        } else {
+            python()
+        });
         cmd.arg(root().join(script))
             .args(args)
             .arg("--port-file")

@@ -302,7 +302,7 @@ pub fn ask(m: &Modern<'_>, approval: &str, expires_ms: u64, url: &str, message: 
         let body = super::deny::error_object(
             m.id.clone(),
             crate::mcp::MISSING_CAPABILITY,
-            "approval required: the client must declare elicitation.url to be sent to the approval page",
+            &format!("approval required: open {url} (the client did not declare elicitation.url)"),
             Some(&data),
         );
         return Deny::json(400, &body).reason("approval_required");

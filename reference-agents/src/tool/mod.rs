@@ -26,8 +26,10 @@
 //! One file per concern: `args` (the guard), [`urls`] (SSRF), [`paths`]
 //! (paths and commands), `deny` (denial rendering and body handling),
 //! `reply` (JSON and SSE replies), [`events`] (one SSE event of a streamed
-//! reply), `schema`, `filter`, `authorize`, `server_requests` and
-//! `server_checks` (server-to-client requests). The
+//! reply), `schema`, `filter`, `authorize`, `approve` (approvals, both
+//! revisions), `server_requests` and `server_checks` (server-to-client
+//! requests), `input_requests` (the questions of both revisions read
+//! through [`crate::mcp::shapes`], and the 2026-07-28 retry check). The
 //! layers they share with other agents are at the crate's root:
 //! [`jsonrpc`](crate::jsonrpc) (parsing), [`rules`](crate::rules),
 //! [`param_cache`](crate::param_cache) (parsed params).

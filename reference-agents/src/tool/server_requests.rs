@@ -27,6 +27,11 @@
 //!   the metadata, the journal and the agent's log (a warning per refusal).
 //!   Ending that stream would leave the client with a silent, open stream.
 //!
+//! **MCP 2026-07-28**: the questions inside results (`inputRequests`), in
+//! JSON replies ([`Policy::on_response`]) and SSE replies alike, and the
+//! retry's `inputResponses` (param `check_input_responses`, default on):
+//! see [`input_requests`](super::input_requests).
+//!
 //! **Request phase**: records `mcp.request_id` for a single request, and,
 //! with `check_client_responses: true`, refuses (403, reason
 //! `unsolicited_response`) a POSTed JSON-RPC response whose id the server
