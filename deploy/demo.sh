@@ -388,6 +388,62 @@ expect "the retried call" "\"result\":\"deleted $path3\"" "$retried"
 echo quit >&"${TSCLIENT[1]}"
 wait "$TSCLIENT_PID" 2>/dev/null || true
 
+# MCP 2026-07-28, the Python SDK's default revision (docs/mcp-revisions.md):
+# on /mcp-2026 the server asks its questions inside its results
+# (`input_required`), and the client answers by retrying. The official Python
+# SDK client (tests/mcp/mrtr_client.py) answers every question it is asked;
+# each question is decided by mcpServerRequestGuard as the 2025 server request
+# it replaces.
+wait_for_port 8095 mcp-2026-server.log
+mcp2026() { # NAME ROLE STEPS_JSON [FLAGS...]: one client run; its output in $m26_out
+  local name=$1 role=$2 steps=$3; shift 3
+  printf '\n# %s\n$ .venv/bin/python tests/mcp/mrtr_client.py --url %s/mcp-2026 --header "authorization=Bearer <JWT role %s>" --steps %q %s\n' \
+    "$name" "$ENVOY" "$role" "$steps" "$*"
+  m26_out=$(.venv/bin/python tests/mcp/mrtr_client.py --url "$ENVOY/mcp-2026" --header "authorization=Bearer $(token "$role")" \
+    --steps "$steps" --no-progress "$@" 2>>"$RUN/logs/demo-mcp-2026-client.log")
+  printf '%s\n' "$m26_out"
+}
+mcp2026 "MCP 2026-07-28: the server asks a name inside its result: the client answers, the retry completes" reader \
+  '[{"op":"call","name":"ask_form","args":{"kind":"plain"}}]'
+expect "a plain form" '"text": ".*accept.*Ada.*"is_error": false' "$m26_out"
+mcp2026 "MCP 2026-07-28: the server asks a password inside its result: refused by mcpServerRequestGuard, the client never sees it" reader \
+  '[{"op":"call","name":"ask_form","args":{"kind":"secret"}}]'
+expect "a password form" '"rule": "secret_field".*"callbacks": \[\]' "$m26_out"
+
+# A held call, for a 2026-07-28 client: no -32042 (that revision forbids it)
+# but an input_required result whose question is a URL elicitation to the
+# approval page. The client's callback gets the URL; when the person is done
+# (here: the approver allows it once), the SDK retries by itself and the call
+# passes.
+m26_wait=$(mktemp -d "$RUN/mcp-2026-user.XXXXXX")
+path4=/srv/data/reports/q2-$stamp.csv
+printf '\n# %s\n$ .venv/bin/python tests/mcp/mrtr_client.py --url %s/mcp-2026 --header "authorization=Bearer <JWT role agent>" --url-wait DIR --steps %q\n' \
+  "An agent deletes a file over MCP 2026-07-28: held; the SDK's elicitation callback gets the approval page" "$ENVOY" \
+  "[{\"op\":\"call\",\"name\":\"delete_file\",\"args\":{\"path\":\"$path4\"}}]"
+.venv/bin/python tests/mcp/mrtr_client.py --url "$ENVOY/mcp-2026" --header "authorization=Bearer $AGENT_JWT" --no-progress \
+  --url-wait "$m26_wait" --steps "[{\"op\":\"call\",\"name\":\"delete_file\",\"args\":{\"path\":\"$path4\"}}]" \
+  >"$m26_wait/out.json" 2>>"$RUN/logs/demo-mcp-2026-client.log" &
+m26_pid=$!
+page4=""
+for _ in $(seq 1 300); do
+  page4=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["url"])' "$m26_wait/urls.jsonl" 2>/dev/null || true)
+  [ -n "$page4" ] && break
+  sleep 0.1
+done
+printf 'the callback was sent to: %s\n' "${page4:-nothing}"
+id4=${page4##*#id=}
+expect "the approval page URL" '/approvals/page#id=[0-9a-f]{32}$' "$page4"
+api "The approver allows it once" \
+  POST "/approvals/${id4:-none}" "role approver" "$APPROVER_JWT" '{"grant":"allow_once"}'
+expect "allow_once" '^200$' "$api_status"
+printf '\n# The user says they are done: the SDK retries by itself\n'
+touch "$m26_wait/go"
+wait "$m26_pid" 2>/dev/null || true
+m26_out=$(cat "$m26_wait/out.json")
+printf '%s\n' "$m26_out"
+expect "the retried call" "\"text\": \"deleted $path4\"" "$m26_out"
+rm -rf "$m26_wait"
+
 # An agent runtime's model route (planner-agent): the request declares the
 # tools; the demo model plans a read_file call on the path the user names.
 AGENT=$ENVOY/agent/v1/chat/completions

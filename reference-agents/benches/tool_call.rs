@@ -29,6 +29,7 @@ fn call(tool: &str, args: serde_json::Value) -> TestRequest {
         .header("content-type", "application/json")
         .header("mcp-method", "tools/call")
         .header("mcp-name", tool)
+        .header("mcp-protocol-version", "2026-07-28")
         .body(body.to_string())
 }
 

@@ -15,7 +15,7 @@
 
 use serde_json::Value;
 
-use super::shapes::{is_2026, META_VERSION};
+use super::shapes::{is_2026, read_call, META_VERSION};
 use crate::jsonrpc::{Envelope, Message};
 
 /// The value of an MCP routing header: as sent, or decoded from the SDKs'
@@ -38,8 +38,7 @@ fn meta_version(m: &Message) -> Option<&str> {
 }
 
 /// Why the headers disagree with the body, naming the header; `None` when
-/// they agree. `header` reads a request header by its lower-case name;
-/// `target` is the message's target (see [`crate::jsonrpc::Message::target`]).
+/// they agree. `header` reads a request header by its lower-case name.
 pub fn mismatch<'h>(header: impl Fn(&str) -> Option<&'h str>, env: &Envelope) -> Option<String> {
     let single = match env.messages.as_slice() {
         [m] if !env.batch => Some(m),
@@ -47,7 +46,7 @@ pub fn mismatch<'h>(header: impl Fn(&str) -> Option<&'h str>, env: &Envelope) ->
     };
     let version = single.and_then(meta_version);
     let modern = version.is_some_and(is_2026);
-    let target = single.and_then(|m| m.target().ok().flatten());
+    let target = single.and_then(|m| read_call(m).ok().flatten()).and_then(|c| c.target);
     let checks: [(&str, Option<&str>, bool); 3] = [
         ("mcp-method", single.and_then(|m| m.method.as_deref()), modern),
         ("mcp-name", target, modern && target.is_some()),

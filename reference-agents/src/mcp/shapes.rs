@@ -234,8 +234,12 @@ pub fn read_call(m: &Message) -> Result<Option<Call<'_>>, ShapeError> {
         Some(Value::String(s)) => Some(s.as_str()),
         Some(_) => return err("params.requestState must be a string"),
     };
-    if (input_responses.is_some() || request_state.is_some()) && !INPUT_METHODS.contains(&method) {
-        return err(format!("{method} takes no inputResponses or requestState"));
+    if request_state.is_some() && !INPUT_METHODS.contains(&method) {
+        return err(format!("{method} takes no requestState"));
+    }
+    // The tasks extension answers a task's questions with `tasks/update`.
+    if input_responses.is_some() && !INPUT_METHODS.contains(&method) && method != "tasks/update" {
+        return err(format!("{method} takes no inputResponses"));
     }
     Ok(Some(Call {
         method,
@@ -407,6 +411,39 @@ fn item(msg: &Value) -> Result<Item<'_>, ShapeError> {
         (None, Some(id), Some(r)) => Ok(Item::Result(result(id, r)?)),
         (None, _, _) => Ok(Item::Other),
     }
+}
+
+/// True when a JSON reply body surely asks nothing and is a complete
+/// result: no `"inputRequests"` or `"method"` key text anywhere, every
+/// `"resultType"` key followed by `"complete"`, and no `\u` escape that
+/// could spell a key (serde, like the SDKs' parsers, decodes escapes in
+/// keys; inside a string value a quote is escaped, so the key texts cannot
+/// occur there). Then reading the body would find nothing to decide, and
+/// the policies skip the parse (the common case: a tool's answer).
+pub fn surely_plain(body: &[u8]) -> bool {
+    use memchr::memmem::{find, find_iter};
+    if [&b"\\u"[..], b"\"inputRequests\"", b"\"method\""]
+        .iter()
+        .any(|needle| find(body, needle).is_some())
+    {
+        return false;
+    }
+    const KEY: &[u8] = b"\"resultType\"";
+    find_iter(body, KEY).all(|at| {
+        let rest = &body[at + KEY.len()..];
+        let rest = trim_json_space(rest);
+        rest.strip_prefix(b":")
+            .map(trim_json_space)
+            .is_some_and(|v| v.starts_with(b"\"complete\""))
+    })
+}
+
+fn trim_json_space(b: &[u8]) -> &[u8] {
+    let n = b
+        .iter()
+        .take_while(|c| matches!(c, b' ' | b'\t' | b'\n' | b'\r'))
+        .count();
+    &b[n..]
 }
 
 /// Reads one reply document (a message, or a batch of them).

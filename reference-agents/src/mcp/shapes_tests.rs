@@ -180,3 +180,25 @@ fn results_the_sdks_would_not_read_are_errors() {
         assert!(read_reply(&doc).is_err(), "{r}");
     }
 }
+
+#[test]
+fn plain_replies_are_told_apart_without_a_parse() {
+    let plain = [
+        r#"{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"a \"method\" in text"}]}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"result":{"content":[],"resultType" : "complete"}}"#,
+    ];
+    for b in plain {
+        assert!(surely_plain(b.as_bytes()), "{b}");
+    }
+    let not = [
+        r#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"input_required","requestState":"s"}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"result":{"resultType":"later"}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"result":{"resultType":5}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"result":{"inputRequests":{}}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"result":{"\u0072esultType":"input_required"}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"method":"roots/list"}"#,
+    ];
+    for b in not {
+        assert!(!surely_plain(b.as_bytes()), "{b}");
+    }
+}

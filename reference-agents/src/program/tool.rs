@@ -1,5 +1,6 @@
 //! `tool-agent`: `mcpToolAuthorization`, `mcpToolFilter`,
-//! `toolArgumentGuard`, `toolSchemaValidation` and `mcpServerRequestGuard`
+//! `toolArgumentGuard`, `toolSchemaValidation`, `mcpServerRequestGuard` and
+//! `mcpTaskOwnership`
 //! for MCP servers behind Envoy; `a2aAuthorization`, `a2aTaskOwnership`,
 //! `a2aCardFilter` and `a2aUrlGuard` for A2A agents.
 //!
@@ -30,7 +31,8 @@ use crate::approvals::{api::ApprovalsApi, notices::Notices, outcome::ApprovalOut
 use crate::sessions::SessionStore;
 use crate::tool::stream_relay::{self, RelaySpec};
 use crate::tool::{
-    McpServerRequestGuard, McpToolAuthorization, McpToolFilter, ToolArgumentGuard, ToolSchemaValidation,
+    McpServerRequestGuard, McpTaskOwnership, McpToolAuthorization, McpToolFilter, ToolArgumentGuard,
+    ToolSchemaValidation,
 };
 use anyhow::Context;
 use clap::Parser;
@@ -42,7 +44,7 @@ use policy_agents::Agent;
 #[command(
     name = "tool-agent",
     version,
-    about = "Policy agent for MCP tool calls and A2A delegation: mcpToolAuthorization, mcpToolFilter, toolArgumentGuard, toolSchemaValidation, mcpServerRequestGuard, a2aAuthorization, a2aTaskOwnership, a2aCardFilter, a2aUrlGuard"
+    about = "Policy agent for MCP tool calls and A2A delegation: mcpToolAuthorization, mcpToolFilter, toolArgumentGuard, toolSchemaValidation, mcpServerRequestGuard, mcpTaskOwnership, a2aAuthorization, a2aTaskOwnership, a2aCardFilter, a2aUrlGuard"
 )]
 pub(crate) struct Args {
     /// Unix socket to listen on.
@@ -97,6 +99,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .policy(ToolArgumentGuard::new())
         .policy(ToolSchemaValidation::new())
         .policy(McpServerRequestGuard::new(store.clone()))
+        .policy(McpTaskOwnership::new(store.clone()))
         .policy(A2aAuthorization::with_approvals(approvals))
         .policy(A2aTaskOwnership::new(store))
         .policy(A2aCardFilter::default())

@@ -25,7 +25,10 @@
 //! this caller for this call, or one that was refused, is refused (403,
 //! reason `unsolicited_input_response`) before the server sees it. The
 //! gateway's own question (an approval, [`crate::mcp::state::APPROVAL_KEY`])
-//! is `mcpToolAuthorization`'s to check, and is left to it.
+//! is `mcpToolAuthorization`'s to check, and is left to it. A task's
+//! questions (the tasks extension: in `tasks/get` results) are kept per
+//! caller and task, and `tasks/update`'s `inputResponses` checked the same
+//! way.
 
 use std::time::Duration;
 
@@ -63,6 +66,13 @@ pub fn call_key(path: &str, caller: &Caller, call: &Call<'_>) -> String {
         call.target,
         call.arguments
     ]));
+    format!("mcp-input {d}")
+}
+
+/// The store key of a task's questions (tasks extension).
+pub fn task_key(path: &str, caller: &Caller, task: &str) -> String {
+    let path = path.split(['?', '#']).next().unwrap_or(path);
+    let d = digest(&json!([principal(caller), path, "task", task]));
     format!("mcp-input {d}")
 }
 
@@ -116,6 +126,7 @@ pub fn judge(checks: &Checks, caller: &Caller, caps: Option<Capabilities>, doc: 
                 },
                 _ => decide(checks, caller, q.method, q.params),
             };
+            super::metrics::question(matches!(q.asked, Asked::Key(_)), v.allowed);
             out.decided.push((q.method.to_string(), v.clone()));
             let key = match q.asked {
                 Asked::Key(k) => Some(k.to_string()),
@@ -180,11 +191,17 @@ pub async fn check_retry(
     id: &Value,
     check: bool,
 ) -> Result<Result<Vec<(&'static str, String)>, RequestOutcome>, PolicyError> {
-    if !call.is_2026() || !INPUT_METHODS.contains(&call.method) {
+    if !call.is_2026() {
         return Ok(Ok(Vec::new()));
     }
     let caller = Caller::from_metadata(ctx.metadata);
-    let key = call_key(ctx.request.path(), &caller, call);
+    let key = match call.method {
+        m if INPUT_METHODS.contains(&m) => call_key(ctx.request.path(), &caller, call),
+        // A task's questions come in `tasks/get` results, their answers in
+        // `tasks/update`: both are the task's.
+        "tasks/get" | "tasks/update" => task_key(ctx.request.path(), &caller, call.target.unwrap_or_default()),
+        _ => return Ok(Ok(Vec::new())),
+    };
     let caps = call.capabilities.unwrap_or_default().to_metadata();
     if check {
         for answered in call.input_responses.into_iter().flat_map(|r| r.keys()) {
@@ -196,6 +213,7 @@ pub async fn check_retry(
                 .await
                 .map_err(|e| e.policy_error(super::server_requests::NAME))?;
             if !asked {
+                super::metrics::unsolicited_input_response();
                 tracing::warn!(policy = super::server_requests::NAME, request_id = %ctx.call.request_id,
                     input = %super::metadata_text(answered), "input response to a question this caller was not asked: refused");
                 let body = deny::error_object(

@@ -247,3 +247,62 @@ async fn a_retry_may_answer_only_what_this_caller_was_asked_for_this_call() {
         .denial()
         .is_none());
 }
+
+#[tokio::test]
+async fn a_task_s_questions_are_answered_by_its_caller_through_tasks_update_only() {
+    let guard = McpServerRequestGuard::default();
+    let params = [("rules", RULES), HOSTS];
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": caps_all()});
+    let task_req = |method: &str, extra: Value| {
+        let mut p = json!({"taskId": "t1", "_meta": meta});
+        if let Some(o) = extra.as_object() {
+            for (k, v) in o {
+                p[k] = v.clone();
+            }
+        }
+        TestRequest::new("POST", "/mcp")
+            .header("mcp-method", method)
+            .header("mcp-name", "t1")
+            .header("mcp-protocol-version", "2026-07-28")
+            .body(json!({"jsonrpc": "2.0", "id": 8, "method": method, "params": p}).to_string())
+    };
+    let ann = || TestCall::new().params(&params).metadata("sub", "ann");
+    let get = task_req("tasks/get", json!({}));
+    let out = ann().request(&guard, &get).await.unwrap();
+    let mut call = ann();
+    for k in [CALL_KEY, CAPABILITIES] {
+        call = call.metadata(k, out.metadata_value(k).expect("task metadata"));
+    }
+    let status = json!({"jsonrpc": "2.0", "id": 8, "result": {"taskId": "t1", "status": "input_required",
+        "inputRequests": {"who": form("name")}}});
+    let resp = TestResponse::new(200)
+        .header("content-type", "application/json")
+        .body(status.to_string());
+    assert!(call.response(&guard, &get, &resp).await.unwrap().body_set().is_none());
+    let update = |key: &str| task_req("tasks/update", json!({"inputResponses": {key: {"action": "accept"}}}));
+    let bob = TestCall::new().params(&params).metadata("sub", "bob");
+    assert!(
+        bob.request(&guard, &update("who")).await.unwrap().denial().is_some(),
+        "not bob's task"
+    );
+    assert!(
+        ann()
+            .request(&guard, &update("other"))
+            .await
+            .unwrap()
+            .denial()
+            .is_some(),
+        "never asked"
+    );
+    assert!(ann().request(&guard, &update("who")).await.unwrap().denial().is_none());
+    // A task status asking a secret is refused like a result.
+    let secret = json!({"jsonrpc": "2.0", "id": 8, "result": {"taskId": "t1", "status": "input_required",
+        "inputRequests": {"pw": form("password")}}});
+    let resp = TestResponse::new(200)
+        .header("content-type", "application/json")
+        .body(secret.to_string());
+    let out = call.response(&guard, &get, &resp).await.unwrap();
+    let body: Value = serde_json::from_slice(&out.body_set().expect("refused").body).unwrap();
+    assert_eq!(body["error"]["data"]["rule"], "secret_field");
+}

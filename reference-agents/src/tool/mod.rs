@@ -16,7 +16,11 @@
 //!   `tools/list` replies.
 //! * [`McpServerRequestGuard`] (`mcpServerRequestGuard`, both): the
 //!   requests the server sends the client (sampling, elicitation, roots),
-//!   per caller, and the client's answers to them; see `server_requests`.
+//!   per caller, and the client's answers to them, in both revisions (the
+//!   2026-07-28 `inputRequests` of results and the retry's
+//!   `inputResponses`); see `server_requests` and `input_requests`.
+//! * [`McpTaskOwnership`] (`mcpTaskOwnership`, both): a task (the tasks
+//!   extension) is its creator's only; see `tasks`.
 //!
 //! The response policies stream event streams: an SSE reply (a POST's, or
 //! a session's GET stream) passes one event at a time, so progress,
@@ -41,12 +45,14 @@ pub(crate) mod deny;
 pub mod events;
 mod filter;
 mod input_requests;
+mod metrics;
 pub mod paths;
 mod reply;
 mod schema;
 mod server_checks;
 mod server_requests;
 pub mod stream_relay;
+mod tasks;
 pub mod urls;
 
 /// A name from a request body as a metadata value: control characters
@@ -68,3 +74,4 @@ pub use reply::Format;
 pub use schema::{ToolSchemaValidation, MAX_LEARNED};
 pub use server_checks::{looks_secret, Verdict};
 pub use server_requests::{McpServerRequestGuard, REFUSED};
+pub use tasks::McpTaskOwnership;

@@ -336,6 +336,9 @@ impl Policy for McpServerRequestGuard {
             Some(b) if !b.is_empty() => b,
             _ => return Ok(ResponseOutcome::proceed()),
         };
+        if format == Format::Json && crate::mcp::shapes::surely_plain(body) {
+            return Ok(ResponseOutcome::proceed());
+        }
         let caller = Caller::from_metadata(ctx.metadata);
         let caps = ctx
             .metadata
