@@ -7,8 +7,8 @@
 //! payload under a key the agent keeps (shared through Redis by a fleet).
 //! The payload binds the approval, the exact call (a digest of the caller,
 //! method, target and arguments) and an expiry, and wraps the server's
-//! own state, when the retry that was held carried one, to give back byte
-//! for byte. Any state that does not start with `pk1.` is the server's.
+//! own state and the answers to its questions, when the retry that was
+//! held carried them, to give back on release (the state byte for byte). Any state that does not start with `pk1.` is the server's.
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
@@ -36,6 +36,10 @@ pub struct GatewayState {
     /// The server's own state, given back on release.
     #[serde(rename = "s", default, skip_serializing_if = "Option::is_none")]
     pub server: Option<String>,
+    /// The answers to the server's own questions the held request carried,
+    /// given back on release.
+    #[serde(rename = "r", default, skip_serializing_if = "Option::is_none")]
+    pub answers: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// Seals and opens the gateway's state.
@@ -109,6 +113,7 @@ mod tests {
             call: "c1".into(),
             expires_ms: 2_000,
             server: Some("server-state==".into()),
+            answers: None,
         }
     }
 

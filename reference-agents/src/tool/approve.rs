@@ -18,7 +18,7 @@
 //! and `approval_url`, the message names the URL, and the HTTP status is
 //! 200 so every SDK surfaces the JSON-RPC error to the application.
 
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 
 use super::deny::Refusal;
 use crate::approvals::{Approvals, Check};
@@ -209,6 +209,10 @@ pub struct Modern<'a> {
     /// The server's own state the client carried (given back on release,
     /// kept inside the gateway's state while the call waits).
     pub server_state: Option<String>,
+    /// The answers to the server's own questions the client carried (given
+    /// back on release, kept inside the gateway's state while the call
+    /// waits: the client answers only the latest round's questions).
+    pub server_answers: Option<Map<String, Value>>,
     /// What seals the gateway's state.
     pub sealer: &'a Sealer,
     /// The body to forward when the retry carried the gateway's own
@@ -258,29 +262,40 @@ pub fn modern<'a>(
         Some(Ok(Some(st))) => Some(st),
     };
     let ours_asked = call.input_responses.is_some_and(|r| r.contains_key(APPROVAL_KEY));
+    let answers = |r: &Map<String, Value>| {
+        let mut r = r.clone();
+        r.remove(APPROVAL_KEY);
+        (!r.is_empty()).then_some(r)
+    };
     let mut modern = Modern {
         id,
         caps: call.capabilities.unwrap_or_default(),
         call: binding,
         server_state: call.request_state.map(String::from),
+        server_answers: call.input_responses.and_then(answers),
         sealer,
         stripped: None,
     };
     if ours.is_none() && !ours_asked {
         return Ok(Some(modern));
     }
-    modern.server_state = ours.and_then(|st| st.server);
+    if let Some(st) = ours {
+        modern.server_state = st.server;
+        // The server's answers held with the call, under what the client
+        // sent now.
+        let mut kept = st.answers.unwrap_or_default();
+        kept.extend(modern.server_answers.take().unwrap_or_default());
+        modern.server_answers = (!kept.is_empty()).then_some(kept);
+    }
     let body = ctx.request.body().unwrap_or_default();
     let Ok(mut doc) = serde_json::from_slice::<Value>(body) else {
         return Ok(Some(modern));
     };
     if let Some(params) = doc.get_mut("params").and_then(Value::as_object_mut) {
-        if let Some(r) = params.get_mut("inputResponses").and_then(Value::as_object_mut) {
-            r.remove(APPROVAL_KEY);
-            if r.is_empty() {
-                params.remove("inputResponses");
-            }
-        }
+        match &modern.server_answers {
+            Some(a) => params.insert("inputResponses".into(), Value::Object(a.clone())),
+            None => params.remove("inputResponses"),
+        };
         match &modern.server_state {
             Some(s) => params.insert("requestState".into(), Value::String(s.clone())),
             None => params.remove("requestState"),
@@ -313,6 +328,7 @@ pub fn ask(m: &Modern<'_>, approval: &str, expires_ms: u64, url: &str, message: 
         // Good for the retry after a decision made at the last moment.
         expires_ms: expires_ms.saturating_add(STATE_GRACE_MS),
         server: m.server_state.clone(),
+        answers: m.server_answers.clone(),
     });
     let body = json!({"jsonrpc": "2.0", "id": m.id, "result": {
         "resultType": "input_required",
@@ -325,3 +341,7 @@ pub fn ask(m: &Modern<'_>, approval: &str, expires_ms: u64, url: &str, message: 
 
 /// How long after its approval's expiry the gateway's state still opens.
 const STATE_GRACE_MS: u64 = 10 * 60 * 1000;
+
+#[cfg(test)]
+#[path = "approve_tests.rs"]
+mod tests;

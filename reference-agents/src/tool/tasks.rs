@@ -9,9 +9,9 @@
 //!   caller's (the first owner stays).
 //! * **Request phase**: `tasks/get`, `tasks/update` and `tasks/cancel` must
 //!   name a task of the caller. A task of another principal, or one this
-//!   policy never saw created, is refused alike (JSON-RPC -32602 `task not
-//!   found`, HTTP 200, the request's id: nothing tells the caller that it
-//!   exists); a task call without a principal is refused (`no_principal`).
+//!   policy never saw created, is refused alike, as the SDK server refuses
+//!   an unknown task (JSON-RPC -32602 `task not found`, HTTP 400, the
+//!   request's id: nothing tells the caller that it exists); a task call without a principal is refused (`no_principal`).
 //!
 //! A task-augmented `tools/call` is authorized like a plain one by
 //! `mcpToolAuthorization`; the questions of a task's status (`tasks/get`)
@@ -145,7 +145,7 @@ fn refuse(id: Value, access: &str, message: &str) -> RequestOutcome {
         message,
         Some(&json!({"reason": access})),
     );
-    RequestOutcome::denied_with(Deny::json(200, &body).reason(if access == "no_principal" {
+    RequestOutcome::denied_with(Deny::json(400, &body).reason(if access == "no_principal" {
         "no_principal"
     } else {
         "task_not_found"
