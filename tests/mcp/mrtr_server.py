@@ -13,17 +13,31 @@ Usage: mrtr_server.py (--port-file FILE | --port N) [--json] [--stateless]
                       [--record FILE]
 Binds 127.0.0.1 and serves `/mcp` until killed: with --port-file on a port of
 its own choosing, written to FILE; with --port on N. With --json, replies are
-application/json; otherwise text/event-stream (a 2026-07-28 request that
-carries a progress token gets a progress event first, so its reply really is
-an SSE stream, the result or error last, with HTTP 200). 2025-11-25 clients get a session
+application/json; otherwise text/event-stream (a 2026-07-28 request
+(tools/call, prompts/get, tasks/*) that carries a progress token gets a
+progress event first, so its reply really is an SSE stream, the result or
+error last, with HTTP 200). 2025-11-25 clients get a session
 (`Mcp-Session-Id`), which the SDK needs to send them requests; --stateless
 drops it, and with it every ask on that path (so does --json: a JSON reply has
-no room for a server-to-client request). With --record, each tool call or
-prompt rendering run to completion appends one JSON line to FILE:
-{"kind": "tool"|"prompt", "tool": name, "args", "answers", "protocol"}.
+no room for a server-to-client request). With --record, each tool call,
+prompt rendering or task run to completion appends one JSON line to FILE:
+{"kind": "tool"|"prompt"|"task", "tool": name, "args", "answers", "protocol"}.
 
 Tools: ask_form(kind), ask_url(url), summarise(text), list_roots(),
-read_file(path), delete_file(path). Prompts: greet, greet_secret.
+read_file(path), delete_file(path), job(kind). Prompts: greet, greet_secret.
+
+Tasks (extension io.modelcontextprotocol/tasks, 2026-07-28 only): a
+`tools/call` of `job` whose `_meta` client capabilities declare the extension
+is answered with a task (`resultType: "task"`, a random `taskId`, `status:
+"working"`). The task then waits for input at once: `tasks/get` shows
+`input_required` with `inputRequests` (kind plain: a form asking `name`, key
+"name"; kind secret: a form asking `password`, key "password"); `tasks/update`
+with `inputResponses` for that key completes it (its `result` is a
+CallToolResult whose text is the reply as JSON, as ask_form's; recorded as kind
+"task"; responses for other keys are ignored); `tasks/cancel` cancels a task
+not yet finished (a finished one is acknowledged and stays as it is). An
+unknown task id is -32602; a tasks/* request that does not declare the
+extension is -32021. Without the extension, `job` answers "job done".
 """
 
 from __future__ import annotations
@@ -32,13 +46,17 @@ import argparse
 import hashlib
 import json
 import os
+import secrets
 import socket
 import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Annotated, Any, Literal
 
 import uvicorn
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.elicitation import render_elicitation_schema
+from mcp.server.extension import Extension, MethodBinding, ToolBinding
 from mcp.server.mcpserver import (
     AcceptedElicitation,
     Context,
@@ -48,11 +66,15 @@ from mcp.server.mcpserver import (
     MCPServer,
     Resolve,
     Sample,
+    require_client_extension,
 )
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
+    INVALID_PARAMS,
     MISSING_REQUIRED_CLIENT_CAPABILITY,
+    CallToolRequestParams,
+    CallToolResult,
     ClientCapabilities,
     CreateMessageResult,
     ElicitationCapability,
@@ -64,23 +86,25 @@ from mcp_types import (
     InputRequiredResult,
     ListRootsResult,
     MissingRequiredClientCapabilityErrorData,
+    RequestParams,
     SamplingMessage,
     TextContent,
     UrlElicitationCapability,
 )
 from mcp_types.version import is_version_at_least
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 MRTR_VERSION = "2026-07-28"
 """First revision that asks through `input_required` results."""
 
-server = MCPServer("tool-agent-mrtr")
 RECORD: str | None = None
 SSE_PROGRESS = False
 
 
-def record(kind: str, name: str, args: dict[str, Any], answers: Any, ctx: Context) -> None:
-    """One line per tool call or prompt rendering run to completion (--record)."""
+def record(
+    kind: str, name: str, args: dict[str, Any], answers: Any, ctx: Context | ServerRequestContext[Any, Any]
+) -> None:
+    """One line per tool call, prompt rendering or task run to completion (--record)."""
     if RECORD:
         line = {"kind": kind, "tool": name, "args": args, "answers": answers, "protocol": ctx.protocol_version}
         with open(RECORD, "a") as f:
@@ -123,6 +147,177 @@ def elicitation_answer(outcome: ElicitationResult[Any] | ElicitResult) -> dict[s
     if isinstance(outcome, AcceptedElicitation) and isinstance(outcome.data, BaseModel):
         answer["content"] = outcome.data.model_dump(mode="json")
     return answer
+
+
+# --- Tasks (extension io.modelcontextprotocol/tasks) ---------------------------
+# Served through the SDK's extension plumbing: the extension contributes the
+# `job` tool, intercepts `tools/call` to answer a declaring caller's `job` with
+# a task, and binds tasks/get, tasks/update and tasks/cancel (2026-07-28 only).
+
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+TASK_TTL_MS = 3_600_000
+TASK_POLL_MS = 100
+
+JOB_FORMS: dict[str, tuple[str, str, type[BaseModel]]] = {
+    "plain": ("name", "What is your name?", NameForm),
+    "secret": ("password", "Enter your password", PasswordForm),
+}
+"""kind -> (inputRequests key, message, form) a task of `job` asks."""
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass
+class JobTask:
+    task_id: str
+    kind: str
+    status: str
+    created_at: str
+    last_updated_at: str
+    input_requests: dict[str, Any] = field(default_factory=lambda: {})
+    result: dict[str, Any] | None = None
+
+    def wire(self) -> dict[str, Any]:
+        """The task as `tasks/get` shows it (a DetailedTask)."""
+        task: dict[str, Any] = {
+            "taskId": self.task_id,
+            "status": self.status,
+            "createdAt": self.created_at,
+            "lastUpdatedAt": self.last_updated_at,
+            "ttlMs": TASK_TTL_MS,
+            "pollIntervalMs": TASK_POLL_MS,
+        }
+        if self.status == "input_required":
+            task["inputRequests"] = self.input_requests
+        if self.status == "completed":
+            task["result"] = self.result
+        return task
+
+    def move(self, status: str) -> None:
+        self.status = status
+        self.last_updated_at = now_iso()
+
+
+TASKS: dict[str, JobTask] = {}
+
+
+class TaskParams(RequestParams):
+    task_id: str
+
+
+class UpdateTaskParams(TaskParams):
+    input_responses: dict[str, Any]
+
+
+def declares_tasks(ctx: ServerRequestContext[Any, Any]) -> bool:
+    """True when this request's client capabilities (its `_meta`, on 2026-07-28) declare the tasks extension."""
+    capabilities = ctx.session.client_capabilities
+    return capabilities is not None and TASKS_EXTENSION in (capabilities.extensions or {})
+
+
+def find_task(ctx: ServerRequestContext[Any, Any], params: TaskParams) -> JobTask:
+    """The task a tasks/* request names: -32021 unless it declares the extension, -32602 if unknown."""
+    require_client_extension(ctx, TASKS_EXTENSION)
+    task = TASKS.get(params.task_id)
+    if task is None:
+        raise MCPError(code=INVALID_PARAMS, message="Failed to retrieve task: Task not found")
+    return task
+
+
+def job_result(reply: dict[str, Any]) -> dict[str, Any]:
+    result = CallToolResult(content=[TextContent(type="text", text=json.dumps(reply))], is_error=False)
+    return result.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+async def get_task(ctx: ServerRequestContext[Any, Any], params: TaskParams) -> dict[str, Any]:
+    return {"resultType": "complete", **find_task(ctx, params).wire()}
+
+
+async def update_task(ctx: ServerRequestContext[Any, Any], params: UpdateTaskParams) -> dict[str, Any]:
+    """Record the answers to outstanding questions; all answered completes the task.
+
+    Responses for keys not outstanding are ignored (the spec's SHOULD).
+    """
+    task = find_task(ctx, params)
+    if task.status != "input_required":
+        return {"resultType": "complete"}
+    answers: dict[str, dict[str, Any]] = {}
+    for key in task.input_requests:
+        if key not in params.input_responses:
+            continue
+        try:
+            answer = ElicitResult.model_validate(params.input_responses[key])
+        except ValidationError:
+            raise MCPError(code=INVALID_PARAMS, message=f"inputResponses[{key!r}] is not an elicitation result")
+        answers[key] = elicitation_answer(answer)
+    if answers and answers.keys() == task.input_requests.keys():
+        reply = next(iter(answers.values()))
+        task.result = job_result(reply)
+        task.input_requests = {}
+        task.move("completed")
+        record("task", "job", {"kind": task.kind}, reply, ctx)
+    return {"resultType": "complete"}
+
+
+async def cancel_task(ctx: ServerRequestContext[Any, Any], params: TaskParams) -> dict[str, Any]:
+    task = find_task(ctx, params)
+    if task.status in ("working", "input_required"):
+        task.input_requests = {}
+        task.move("cancelled")
+    return {"resultType": "complete"}
+
+
+async def job(kind: Literal["plain", "secret"], ctx: Context) -> str:
+    """Run a job (kind plain or secret); as a task, it asks a form first."""
+    record("tool", "job", {"kind": kind}, None, ctx)
+    return "job done"
+
+
+class TasksExtension(Extension):
+    identifier = TASKS_EXTENSION
+
+    def tools(self) -> list[ToolBinding]:
+        return [ToolBinding(job)]
+
+    def methods(self) -> list[MethodBinding]:
+        versions = frozenset({MRTR_VERSION})
+        return [
+            MethodBinding("tasks/get", TaskParams, get_task, protocol_versions=versions),
+            MethodBinding("tasks/update", UpdateTaskParams, update_task, protocol_versions=versions),
+            MethodBinding("tasks/cancel", TaskParams, cancel_task, protocol_versions=versions),
+        ]
+
+    async def intercept_tool_call(
+        self, params: CallToolRequestParams, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> HandlerResult:
+        kind = (params.arguments or {}).get("kind")
+        version = ctx.protocol_version
+        if (
+            params.name != "job"
+            or kind not in JOB_FORMS
+            or version is None
+            or not is_version_at_least(version, MRTR_VERSION)
+            or not declares_tasks(ctx)
+        ):
+            return await call_next(ctx)
+        key, message, schema = JOB_FORMS[kind]
+        question = ElicitRequest(
+            params=ElicitRequestFormParams(message=message, requested_schema=render_elicitation_schema(schema))
+        )
+        created = now_iso()
+        task = JobTask(secrets.token_urlsafe(24), kind, "working", created, created)
+        seed = {"resultType": "task", **task.wire()}
+        # The job needs its answer at once: the stored task waits for input from here on.
+        task.input_requests = {key: question.model_dump(by_alias=True, mode="json", exclude_none=True)}
+        task.status = "input_required"
+        TASKS[task.task_id] = task
+        return seed
+
+
+
+server = MCPServer("tool-agent-mrtr", extensions=[TasksExtension()])
 
 
 # --- Tools asking through the SDK's resolvers ----------------------------------
@@ -290,17 +485,20 @@ def delete_file(path: str, ctx: Context) -> str:
     record("tool", "delete_file", {"path": path}, None, ctx)
     return f"deleted {path}"
 
-
 # --- Serving -------------------------------------------------------------------
 
 
+PROGRESS_METHODS = ("tools/call", "prompts/get", "tasks/get", "tasks/update", "tasks/cancel")
+
+
 async def progress_first(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
-    """SSE mode: one progress event before a call's result (if the request asked for progress).
+    """SSE mode: one progress event before a call's, prompt's or task request's result
+    (if the request asked for progress).
 
     A 2026-07-28 reply is sent as JSON unless the handler emits something first;
     this makes it a real SSE stream whose last event is the result.
     """
-    if SSE_PROGRESS and ctx.method in ("tools/call", "prompts/get") and ctx.request_id is not None:
+    if SSE_PROGRESS and ctx.method in PROGRESS_METHODS and ctx.request_id is not None:
         await ctx.session.report_progress(0, 1, "working")
     return await call_next(ctx)
 

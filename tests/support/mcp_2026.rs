@@ -11,12 +11,12 @@
 //! out (one entry per step).
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::jwt::JWT_PARAMS as JWT;
+use super::jwt::{jwt, JWT_PARAMS as JWT};
 use super::python::{python, McpServer};
 use super::{root, Stack};
 
@@ -55,7 +55,7 @@ impl Sdk {
 
 pub const SECRET: &str = "mcp-2026-secret";
 
-pub const RULES: &str = r#"[{"name": "deletes", "effect": "approve", "tools": ["delete_file"], "approval": {"approvers": {"roles_any": ["approver"]}, "ttl_s": 600}}, {"name": "callers", "effect": "allow", "tools": ["ask_form", "ask_url", "summarise", "list_roots", "read_file"]}, {"name": "prompts", "effect": "allow", "methods": ["prompts/get"]}, {"name": "lists", "effect": "allow", "methods": ["tools/list", "prompts/list"]}]"#;
+pub const RULES: &str = r#"[{"name": "deletes", "effect": "approve", "tools": ["delete_file"], "approval": {"approvers": {"roles_any": ["approver"]}, "ttl_s": 600}}, {"name": "callers", "effect": "allow", "tools": ["ask_form", "ask_url", "summarise", "list_roots", "read_file", "job"]}, {"name": "prompts", "effect": "allow", "methods": ["prompts/get"]}, {"name": "tasks", "effect": "allow", "methods": ["tasks/get", "tasks/update", "tasks/cancel"]}, {"name": "lists", "effect": "allow", "methods": ["tools/list", "prompts/list"]}]"#;
 
 /// Forms and URL elicitation for everyone (secret fields and hosts checked),
 /// roots for everyone, sampling for admins only.
@@ -73,6 +73,7 @@ pub fn routes() -> String {
           params: {JWT}
         - policy: mcpToolAuthorization
           params: {{rules: {RULES}}}
+        - policy: mcpTaskOwnership
         - policy: mcpServerRequestGuard
           params: {guard}
       response_policy_chain:
@@ -80,6 +81,7 @@ pub fn routes() -> String {
           params: {{rules: {RULES}}}
         - policy: mcpServerRequestGuard
           params: {guard}
+        - policy: mcpTaskOwnership
         - policy: promptInjectionGuard
           params: {{phases: [response], action: block}}
         - policy: auditLog
@@ -146,12 +148,20 @@ impl Env {
         )
     }
 
-    /// What the server ran to completion: `(tool or prompt, args)`.
-    pub fn ran(&self) -> Vec<(String, Value)> {
+    /// The server's record: one line per call or prompt run to completion
+    /// (`kind`, `tool`, `args`, `answers`, `protocol`).
+    pub fn records(&self) -> Vec<Value> {
         std::fs::read_to_string(self.dir.join("mcp-calls.jsonl"))
             .unwrap_or_default()
             .lines()
             .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .collect()
+    }
+
+    /// What the server ran to completion: `(tool or prompt, args)`.
+    pub fn ran(&self) -> Vec<(String, Value)> {
+        self.records()
+            .into_iter()
             .map(|v| (v["tool"].as_str().unwrap_or("").to_string(), v["args"].clone()))
             .collect()
     }
@@ -294,4 +304,140 @@ pub fn next_url(wait: &Path, n: usize, child: &mut Child, diag: &str) -> String 
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// Sampling through `sdk`'s client (2026-07-28, no progress token): an
+/// admin may be asked, an injected prompt is blocked before it reaches the
+/// model.
+pub fn check_sampling(e: &Env, sdk: Sdk) {
+    let admin = jwt(SECRET, "ada", &["admin"]);
+    let got = e.run(
+        sdk,
+        &admin,
+        json!([
+            call("summarise", json!({"text": "the cat sat on the mat"})),
+            call("summarise", json!({"text": INJECTED}))
+        ]),
+        &["--no-progress"],
+    );
+    assert!(
+        got[0]["text"].as_str().unwrap_or("").contains("sampled"),
+        "{}\n{}",
+        got[0],
+        e.diag()
+    );
+    assert!(
+        got[1].get("error").is_some(),
+        "an injected sampling prompt reached the model: {}",
+        got[1]
+    );
+    assert_eq!(got[1]["callbacks"], json!([]), "{}", got[1]);
+}
+
+/// A question for a capability the request did not declare: the SDK's
+/// server checks it itself (-32021); the gateway refuses it from servers
+/// that do not (`capability_not_declared`, tool::input_requests' tests).
+pub fn check_undeclared_url_elicitation(e: &Env, sdk: Sdk) {
+    let reader = jwt(SECRET, "rob", &["reader"]);
+    let got = e.run(
+        sdk,
+        &reader,
+        json!([call("ask_url", json!({"url": "https://example.com/ok"}))]),
+        &["--no-url-elicitation", "--no-progress"],
+    );
+    assert_eq!(got[0]["error"]["code"], -32021, "{}\n{}", got[0], e.diag());
+    assert_eq!(
+        got[0]["error"]["data"]["requiredCapabilities"],
+        json!({"elicitation": {"url": {}}}),
+        "{}",
+        got[0]
+    );
+    assert_eq!(got[0]["callbacks"], json!([]), "{}", got[0]);
+}
+
+/// Approvals through `sdk`'s client (2026-07-28): a held call is asked by an
+/// `input_required` URL elicitation to the approval page (never -32042); an
+/// approver allows it once and the SDK's own retry runs it; a second call is
+/// held again and, denied, its retry is refused; without URL elicitation
+/// declared, -32021 naming the capability.
+pub async fn check_approvals(e: &Env, sdk: Sdk) {
+    let alice = jwt(SECRET, "alice", &["agent"]);
+    let bob = jwt(SECRET, "bob", &["approver"]);
+    let wait = e.dir.join(format!("user-{sdk:?}"));
+    std::fs::create_dir_all(&wait).unwrap();
+    let deletes = || e.ran().into_iter().filter(|(t, _)| t == "delete_file").count();
+    let before = deletes();
+    let steps = json!([call("delete_file", json!({"path": "/srv/a"}))]);
+    let spawn = || {
+        e.client(
+            sdk,
+            &alice,
+            &steps,
+            &["--no-progress", "--url-wait", &wait.to_string_lossy()],
+        )
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+    };
+    let mut child = spawn();
+    let url = next_url(&wait, 1, &mut child, &e.diag());
+    let id = url
+        .split("#id=")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no approval id in {url}"))
+        .to_string();
+    assert!(url.contains("/approvals/page#id="), "{url}");
+    assert_eq!(deletes(), before, "a held call ran");
+    let (status, body) = e
+        .api(
+            "POST",
+            &format!("/approvals/{id}"),
+            &bob,
+            Some(json!({"grant": "allow_once"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}\n{}", e.diag());
+    std::fs::write(wait.join("go"), b"").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let got = parse(&out.stdout, &out.stderr, &steps, &e.diag());
+    assert_eq!(
+        got[0]["text"],
+        "deleted /srv/a",
+        "the SDK's own retry ran the approved call: {}\n{}",
+        got[0],
+        e.diag()
+    );
+    assert_eq!(got[0]["callbacks"].as_array().map(Vec::len), Some(1), "{}", got[0]);
+    assert_eq!(deletes(), before + 1);
+
+    // A second call is held again; denied, the retry is refused.
+    let mut child = spawn();
+    let again = next_url(&wait, 2, &mut child, &e.diag());
+    assert_ne!(again, url, "a new approval");
+    let id2 = again.split("#id=").nth(1).unwrap().to_string();
+    let (status, _) = e
+        .api(
+            "POST",
+            &format!("/approvals/{id2}"),
+            &bob,
+            Some(json!({"grant": "deny", "reason": "no"})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    std::fs::write(wait.join("go"), b"").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let got = parse(&out.stdout, &out.stderr, &steps, &e.diag());
+    assert_eq!(got[0]["error"]["data"]["reason"], "approval_denied", "{}", got[0]);
+    assert_eq!(deletes(), before + 1);
+
+    // Without URL elicitation declared: -32021 naming the capability.
+    let other = json!([call("delete_file", json!({"path": "/srv/b"}))]);
+    let got = e.run(sdk, &alice, other, &["--no-url-elicitation", "--no-progress"]);
+    assert_eq!(got[0]["error"]["code"], -32021, "{}", got[0]);
+    assert_eq!(
+        got[0]["error"]["data"]["requiredCapabilities"],
+        json!({"elicitation": {"url": {}}})
+    );
+    assert_eq!(deletes(), before + 1);
 }

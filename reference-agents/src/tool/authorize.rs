@@ -427,11 +427,13 @@ impl Policy for McpToolAuthorization {
                     .set_metadata("mcp.rule", "not_a_post"))
             }
             Incoming::Bad(deny) => {
+                // `invalid_jsonrpc`, or `header_mismatch` (-32020).
+                let rule = deny.reason.clone();
                 return Ok(RequestOutcome::denied_with(deny)
                     .set_metadata("mcp.method", "-")
                     .set_metadata("mcp.tool", "-")
                     .set_metadata("mcp.decision", "deny")
-                    .set_metadata("mcp.rule", "invalid_jsonrpc"))
+                    .set_metadata("mcp.rule", rule));
             }
             Incoming::Messages(env) => env,
         };

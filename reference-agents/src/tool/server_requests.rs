@@ -291,9 +291,10 @@ impl Policy for McpServerRequestGuard {
         let env = match deny::incoming(NAME, ctx)? {
             Incoming::NotPost => return Ok(RequestOutcome::proceed()),
             Incoming::Bad(d) => {
+                let rule = d.reason.clone();
                 return Ok(RequestOutcome::denied_with(d)
                     .set_metadata("mcp.decision", "deny")
-                    .set_metadata("mcp.rule", "invalid_jsonrpc"))
+                    .set_metadata("mcp.rule", rule));
             }
             Incoming::Messages(env) => env,
         };
