@@ -13,10 +13,15 @@
 //! | `policy_agent_jwks_last_fetch_timestamp_seconds{source}` | when the last set was fetched (Unix time) |
 //! | `policy_agent_introspection_total{endpoint, result}` | introspection calls: `active`, `inactive`, `refused` (the provider's 400 for the token: `unsupported_token_type`, `unknown_token`) or `error` |
 //! | `policy_agent_introspection_limited_total{endpoint, limit}` | tokens refused without a call (503 `introspection_rate_limited`), by the bound reached: `route`, `total` or `in_flight` |
+//! | `policy_agent_token_exchange_total{endpoint, outcome}` | `tokenExchange` requests by outcome: `hit` (cached token), `miss` (this request's exchange), `shared` (another request's exchange in flight), or the error (`unavailable`, `invalid_grant`, `invalid_request`, `invalid_target`, `invalid_scope`, `unauthorized_client`, `invalid_client`, `invalid_response`, `client_credentials_unavailable`) |
+//! | `policy_agent_token_exchange_provider_seconds{endpoint}` | time the token endpoint took per exchange |
+//! | `policy_agent_token_exchange_cache_entries` | exchanged tokens and refusals cached |
 
 use std::sync::OnceLock;
 
-use policy_agents::metrics::prometheus::{Gauge, GaugeVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts};
+use policy_agents::metrics::prometheus::{
+    Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+};
 use policy_agents::metrics::register;
 
 struct Families {
@@ -38,6 +43,66 @@ fn counter(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
 /// definition stops the agent at start rather than on a request.
 pub fn register_all() {
     families();
+    exchange_families();
+}
+
+struct ExchangeFamilies {
+    total: IntCounterVec,
+    latency: HistogramVec,
+    entries: IntGauge,
+}
+
+fn exchange_families() -> &'static ExchangeFamilies {
+    static F: OnceLock<ExchangeFamilies> = OnceLock::new();
+    F.get_or_init(|| ExchangeFamilies {
+        total: counter(
+            "policy_agent_token_exchange_total",
+            "tokenExchange requests by outcome (hit, miss, shared, or the error)",
+            &["endpoint", "outcome"],
+        ),
+        latency: register(
+            HistogramVec::new(
+                HistogramOpts::new(
+                    "policy_agent_token_exchange_provider_seconds",
+                    "Time the token endpoint took per token exchange",
+                )
+                .buckets(vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]),
+                &["endpoint"],
+            )
+            .expect("a valid metric definition"),
+        ),
+        entries: register(
+            IntGauge::new(
+                "policy_agent_token_exchange_cache_entries",
+                "Exchanged tokens and refusals cached by tokenExchange",
+            )
+            .expect("a valid metric definition"),
+        ),
+    })
+}
+
+/// Counts one `tokenExchange` request of `endpoint` with `outcome`.
+pub(crate) fn exchange(endpoint: &str, outcome: &str) {
+    exchange_families().total.with_label_values(&[endpoint, outcome]).inc();
+}
+
+/// The count of `outcome` for `endpoint` so far.
+#[cfg(test)]
+pub(crate) fn exchanges(endpoint: &str, outcome: &str) -> u64 {
+    exchange_families().total.with_label_values(&[endpoint, outcome]).get()
+}
+
+/// Records how long one call to the token endpoint took.
+pub(crate) fn exchange_latency(endpoint: &str, seconds: f64) {
+    exchange_families()
+        .latency
+        .with_label_values(&[endpoint])
+        .observe(seconds);
+}
+
+/// Sets the number of cached exchange entries.
+pub(crate) fn exchange_cache_entries(n: usize) {
+    exchange_families().entries.set(i64::try_from(n).unwrap_or(i64::MAX));
 }
 
 fn families() -> &'static Families {

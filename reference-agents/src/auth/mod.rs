@@ -12,6 +12,9 @@
 //! * [`OauthProtectedResource`] (`oauthProtectedResource`): serves the RFC 9728
 //!   protected resource metadata document that the 401 challenges point to.
 //! * [`RoleCheck`] (`roleCheck`): roles from metadata against required roles.
+//! * [`TokenExchange`] (`tokenExchange`): after `jwtValidation` or
+//!   `tokenIntrospection`, the caller's token exchanged (RFC 8693) for one
+//!   issued for the upstream, cached; the caller's token never goes on.
 //!
 //! Every param is described in `docs/identity.md`.
 //!
@@ -23,6 +26,8 @@
 //! * `fetch`: HTTPS to providers (endpoint checks, CA file, bounded reads).
 //! * `introspection`: `tokenIntrospection`.
 //! * `resource_metadata`: `oauthProtectedResource` and the challenges.
+//! * `token_exchange`: `tokenExchange` (its client credentials in
+//!   `token_exchange_credentials.rs`).
 //! * `metrics`: the Prometheus series of key fetches, refreshes, stale
 //!   keys and introspection (the agent's `--metrics-addr`).
 
@@ -38,6 +43,7 @@ mod resource_metadata;
 mod roles;
 #[cfg(test)]
 mod stub_idp;
+mod token_exchange;
 
 pub use api_key::{ApiKeyAuth, ApiKeyError, ApiKeyStore};
 pub use fetch::FetchError;
@@ -47,6 +53,7 @@ pub use jwt::JwtValidation;
 pub(crate) use jwt_params::public_url;
 pub use resource_metadata::{bearer_challenge, OauthProtectedResource};
 pub use roles::RoleCheck;
+pub use token_exchange::TokenExchange;
 
 use crate::error_body;
 use policy_agents::{Deny, RequestOutcome};

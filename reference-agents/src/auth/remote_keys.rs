@@ -450,6 +450,12 @@ fn found(snap: &Snapshot, index: usize, stale: bool) -> Lookup {
 /// The `jwks_uri` of `issuer`'s OpenID configuration, whose `issuer` must
 /// be `issuer` exactly (OpenID Connect Discovery §4.3).
 pub(crate) async fn discover(client: &reqwest::Client, issuer: &str) -> Result<Url, FetchError> {
+    discover_endpoint(client, issuer, "jwks_uri").await
+}
+
+/// The endpoint `field` (`jwks_uri`, `token_endpoint`) of `issuer`'s OpenID
+/// configuration, checked as [`discover`] checks it.
+pub(crate) async fn discover_endpoint(client: &reqwest::Client, issuer: &str, field: &str) -> Result<Url, FetchError> {
     let raw = format!("{}/.well-known/openid-configuration", issuer.trim_end_matches('/'));
     let invalid = |url: &str, reason: String| FetchError::Invalid {
         url: url.to_string(),
@@ -466,11 +472,11 @@ pub(crate) async fn discover(client: &reqwest::Client, issuer: &str) -> Result<U
             ),
         ));
     }
-    let jwks = doc
-        .get("jwks_uri")
+    let endpoint = doc
+        .get(field)
         .and_then(|v| v.as_str())
-        .ok_or_else(|| invalid(&raw, "no jwks_uri".to_string()))?;
-    fetch::check_url("jwks_uri", jwks).map_err(|r| invalid(&raw, r))
+        .ok_or_else(|| invalid(&raw, format!("no {field}")))?;
+    fetch::check_url(field, endpoint).map_err(|r| invalid(&raw, r))
 }
 
 /// The key sources of one policy, by config.

@@ -1,11 +1,13 @@
 //! `auth-agent`: `apiKeyAuth`, `jwtValidation`, `tokenIntrospection`,
-//! `oauthProtectedResource` and `roleCheck`.
+//! `oauthProtectedResource`, `roleCheck` and `tokenExchange`.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::auth::{ApiKeyAuth, ApiKeyStore, JwtValidation, OauthProtectedResource, RoleCheck, TokenIntrospection};
+use crate::auth::{
+    ApiKeyAuth, ApiKeyStore, JwtValidation, OauthProtectedResource, RoleCheck, TokenExchange, TokenIntrospection,
+};
 use anyhow::Context;
 use clap::Parser;
 use policy_agents::cli::{init_tracing, ServeArgs};
@@ -16,7 +18,7 @@ use policy_agents::Agent;
 #[command(
     name = "auth-agent",
     version,
-    about = "Policy agent for authentication: apiKeyAuth, jwtValidation, tokenIntrospection, oauthProtectedResource, roleCheck"
+    about = "Policy agent for authentication: apiKeyAuth, jwtValidation, tokenIntrospection, oauthProtectedResource, roleCheck, tokenExchange"
 )]
 pub(crate) struct Args {
     /// Unix socket to listen on.
@@ -59,7 +61,8 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .policy(JwtValidation::new())
         .policy(TokenIntrospection::with_total_per_s(args.introspections_per_s))
         .policy(OauthProtectedResource::new())
-        .policy(RoleCheck);
+        .policy(RoleCheck)
+        .policy(TokenExchange::new());
     args.serve.apply(builder).serve_unix(&args.socket).await?;
     Ok(())
 }
