@@ -167,5 +167,42 @@ fn response(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, response);
+/// The parts, for reading the figures above (not in the earlier agents).
+fn parts(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let body = complete();
+    let filter = McpToolFilter::new();
+    let guard = McpServerRequestGuard::default();
+    let filter_call = TestCall::new().params(&[("rules", RULES)]).metadata("roles", "reader");
+    let guard_call = TestCall::new().params(&[("rules", SERVER_RULES)]);
+    let req = request("read_file", json!({}));
+    let done = TestResponse::new(200)
+        .header("content-type", "application/json")
+        .body(body.clone());
+    let mut group = c.benchmark_group("mcp_response_parts");
+    group.bench_function("surely_plain_4k", |b| {
+        b.iter(|| reference_agents::mcp::shapes::surely_plain(black_box(body.as_bytes())))
+    });
+    group.bench_function("json_validate_4k", |b| {
+        b.iter(|| serde_json::from_slice::<serde::de::IgnoredAny>(black_box(body.as_bytes())).is_ok())
+    });
+    group.bench_function("filter_only_complete_json_4k", |b| {
+        b.iter(|| {
+            rt.block_on(filter_call.response(&filter, &req, black_box(&done)))
+                .expect("ok")
+        })
+    });
+    group.bench_function("guard_only_complete_json_4k", |b| {
+        b.iter(|| {
+            rt.block_on(guard_call.response(&guard, &req, black_box(&done)))
+                .expect("ok")
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, response, parts);
 criterion_main!(benches);

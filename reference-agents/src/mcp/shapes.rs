@@ -413,26 +413,48 @@ fn item(msg: &Value) -> Result<Item<'_>, ShapeError> {
     }
 }
 
+/// The key texts (`"name"`, quotes included) a scan looks for.
+pub struct Keys(Vec<memchr::memmem::Finder<'static>>);
+
+impl Keys {
+    /// Finders for `names` (each searched as `"name"`).
+    pub fn new(names: &[&str]) -> Keys {
+        let mut finders = vec![memchr::memmem::Finder::new(b"\\u").into_owned()];
+        finders.extend(
+            names
+                .iter()
+                .map(|n| memchr::memmem::Finder::new(format!("\"{n}\"").as_bytes()).into_owned()),
+        );
+        Keys(finders)
+    }
+
+    /// True when a JSON body surely has none of these keys anywhere: none
+    /// of their texts occurs, and no `\u` escape that could spell one
+    /// (serde, like the SDKs' parsers, decodes escapes in keys; inside a
+    /// string value a quote is escaped, so a key's text cannot occur
+    /// there). A body that mentions one is read in full.
+    pub fn surely_absent(&self, body: &[u8]) -> bool {
+        self.0.iter().all(|f| f.find(body).is_none())
+    }
+}
+
 /// True when a JSON reply body surely asks nothing and is a complete
-/// result: no `"inputRequests"` or `"method"` key text anywhere, every
-/// `"resultType"` key followed by `"complete"`, and no `\u` escape that
-/// could spell a key (serde, like the SDKs' parsers, decodes escapes in
-/// keys; inside a string value a quote is escaped, so the key texts cannot
-/// occur there). Then reading the body would find nothing to decide, and
-/// the policies skip the parse (the common case: a tool's answer).
+/// result: no `inputRequests` or `method` key ([`Keys::surely_absent`]),
+/// and every `"resultType"` followed by `"complete"`. Then reading the
+/// body would find nothing to decide, and the policies skip the parse (the
+/// common case: a tool's answer).
 pub fn surely_plain(body: &[u8]) -> bool {
-    use memchr::memmem::{find, find_iter};
-    if [&b"\\u"[..], b"\"inputRequests\"", b"\"method\""]
-        .iter()
-        .any(|needle| find(body, needle).is_some())
-    {
+    use memchr::memmem::Finder;
+    use std::sync::LazyLock;
+    static ASKS: LazyLock<Keys> = LazyLock::new(|| Keys::new(&["inputRequests", "method"]));
+    static RESULT_TYPE: LazyLock<Finder<'static>> = LazyLock::new(|| Finder::new(b"\"resultType\""));
+    if !ASKS.surely_absent(body) {
         return false;
     }
-    const KEY: &[u8] = b"\"resultType\"";
-    find_iter(body, KEY).all(|at| {
-        let rest = &body[at + KEY.len()..];
-        let rest = trim_json_space(rest);
-        rest.strip_prefix(b":")
+    RESULT_TYPE.find_iter(body).all(|at| {
+        let after = &body[at + RESULT_TYPE.needle().len()..];
+        trim_json_space(after)
+            .strip_prefix(b":")
             .map(trim_json_space)
             .is_some_and(|v| v.starts_with(b"\"complete\""))
     })

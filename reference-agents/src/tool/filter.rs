@@ -39,6 +39,15 @@ use policy_agents::{
 const NAME: &str = "mcpToolFilter";
 const KEYS: &[&str] = &["rules", "denial", "tool_prefix_separator"];
 
+/// The list keys of [`LISTS`], for the scan that skips replies without a
+/// list.
+fn list_keys() -> &'static crate::mcp::shapes::Keys {
+    static KEYS: std::sync::LazyLock<crate::mcp::shapes::Keys> = std::sync::LazyLock::new(|| {
+        crate::mcp::shapes::Keys::new(&LISTS.iter().map(|(k, _, _)| *k).collect::<Vec<_>>())
+    });
+    &KEYS
+}
+
 /// What [`filter_message`] did to one message.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Filtered {
@@ -217,6 +226,13 @@ impl Policy for McpToolFilter {
             .filter(|e| !e.eq_ignore_ascii_case("identity"))
         {
             return Err(PolicyError::new(format!("{NAME}: cannot filter a {enc}-encoded reply")));
+        }
+        // No list in the reply (a tool's answer): checked to be JSON, not
+        // parsed into a tree.
+        if format == Format::Json && list_keys().surely_absent(body) {
+            serde_json::from_slice::<serde::de::IgnoredAny>(body)
+                .map_err(|e| PolicyError::new(format!("{NAME}: reply is not JSON: {e}")))?;
+            return Ok(ResponseOutcome::proceed());
         }
         let caller = Caller::from_metadata(ctx.metadata);
         let (mut kept, mut hidden, mut lists) = (0, 0, 0);

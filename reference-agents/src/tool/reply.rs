@@ -18,10 +18,12 @@ pub enum Format {
 impl Format {
     /// The format from a content-type; `None` for anything else.
     pub fn of(content_type: Option<&str>) -> Option<Format> {
-        let ct = content_type?.split(';').next()?.trim().to_ascii_lowercase();
-        if ct == "text/event-stream" {
+        let ct = content_type?.split(';').next()?.trim();
+        let b = ct.as_bytes();
+        let ends_json = b.len() >= 5 && b[b.len() - 5..].eq_ignore_ascii_case(b"+json");
+        if ct.eq_ignore_ascii_case("text/event-stream") {
             Some(Format::Sse)
-        } else if ct == "application/json" || ct.ends_with("+json") {
+        } else if ct.eq_ignore_ascii_case("application/json") || ends_json {
             Some(Format::Json)
         } else {
             None
@@ -183,5 +185,7 @@ mod tests {
         assert_eq!(Format::of(Some("Application/JSON")), Some(Format::Json));
         assert_eq!(Format::of(Some("text/plain")), None);
         assert_eq!(Format::of(None), None);
+        assert_eq!(Format::of(Some("application/vnd.x+JSON")), Some(Format::Json));
+        assert_eq!(Format::of(Some("text/plainé")), None);
     }
 }
