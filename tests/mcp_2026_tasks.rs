@@ -105,3 +105,58 @@ async fn tasks_are_their_creators_and_their_questions_are_governed() {
     let answered: Vec<Value> = e.records().into_iter().filter(|r| r["kind"] == "task").collect();
     assert_eq!(answered.len(), 1, "only the plain task completed: {answered:?}");
 }
+
+/// With `tool-agent --redis-url`, a task's owner and the questions a caller
+/// was asked live in Redis: they hold across a restart of the agent (as
+/// across the agents of a fleet), and Redis holds no token or answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn task_owners_and_asked_questions_live_in_redis() {
+    let redis = support::redis::Redis::start();
+    let url = format!("--redis-url={}", redis.url);
+    let mut e = start_with(Sdk::Python, &["--json"], &[&url]).await;
+    let ann = jwt(SECRET, "ann", &["reader"]);
+    let bob = jwt(SECRET, "bob", &["reader"]);
+    let got = e.run(
+        Sdk::Python,
+        &ann,
+        json!([
+            step("task_call", json!({"name": "job", "args": {"kind": "plain"}})),
+            step("task_get", json!({"task_id": "$last"})),
+        ]),
+        &["--no-progress"],
+    );
+    let task = got[0]["task_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{got:?}\n{}", e.diag()))
+        .to_string();
+    assert_eq!(got[1]["result"]["status"], "input_required", "{got:?}");
+    // The session store's owner and asked-question keys (hashed names).
+    let keys = redis.cli(&["KEYS", "*"]);
+    assert!(keys.contains(":owner:") && keys.contains(":asked:"), "{keys}");
+
+    e.s.agent_mut("tool-agent").restart();
+    // Bob is still refused, and Ann's answer to what she was asked passes.
+    let refused = e.run(
+        Sdk::Python,
+        &bob,
+        json!([step("task_get", json!({"task_id": task}))]),
+        &["--no-progress"],
+    );
+    assert_eq!(refused[0]["error"]["code"], -32602, "{}\n{}", refused[0], e.diag());
+    let got = e.run(
+        Sdk::Python,
+        &ann,
+        json!([
+            step(
+                "task_update",
+                json!({"task_id": task, "responses": {"name": {"action": "accept", "content": {"name": "Ada"}}}})
+            ),
+            step("task_get", json!({"task_id": task})),
+        ]),
+        &["--no-progress"],
+    );
+    assert!(got[0].get("error").is_none(), "{}\n{}", got[0], e.diag());
+    assert_eq!(got[1]["result"]["status"], "completed", "{}", got[1]);
+    let dump = redis.cli(&["KEYS", "*"]);
+    assert!(!dump.contains("Ada") && !dump.contains(&ann), "{dump}");
+}

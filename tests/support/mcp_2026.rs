@@ -109,6 +109,11 @@ pub struct Env {
 
 /// The stack in front of `sdk`'s server with `server_args` (`--json`).
 pub async fn start(sdk: Sdk, server_args: &[&str]) -> Env {
+    start_with(sdk, server_args, &[]).await
+}
+
+/// [`start`], `tool-agent` started with `tool_args` (`--redis-url=...`).
+pub async fn start_with(sdk: Sdk, server_args: &[&str], tool_args: &[&str]) -> Env {
     let b = Stack::builder();
     let dir = b.dir().to_path_buf();
     let server = McpServer::start_script(
@@ -123,7 +128,7 @@ pub async fn start(sdk: Sdk, server_args: &[&str]) -> Env {
     let port = server.port;
     let audit = dir.join("audit.jsonl");
     let s = b
-        .governing_agents(SECRET, &audit)
+        .governing_agents_with(SECRET, &audit, tool_args)
         .config(&routes())
         .envoy_config(move |kernel, _| {
             super::approvals::envoy_config(kernel, port, &super::approvals::mcp_route(), Vec::new())

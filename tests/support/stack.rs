@@ -189,9 +189,15 @@ impl StackBuilder {
     /// (HS256 JWTs signed with `jwt_secret`, read from `DEMO_JWT_SECRET`),
     /// `tool-agent`, and `guardrail-agent` journaling to `audit`.
     pub fn governing_agents(self, jwt_secret: &str, audit: &Path) -> Self {
+        self.governing_agents_with(jwt_secret, audit, &[])
+    }
+
+    /// [`StackBuilder::governing_agents`], `tool-agent` started with
+    /// `tool_args` (`--redis-url=...`).
+    pub fn governing_agents_with(self, jwt_secret: &str, audit: &Path, tool_args: &[&str]) -> Self {
         let audit_arg = format!("--audit-path={}", audit.display());
         self.agent(AgentSpec::bin("auth-agent", "auth-agent", &[]).env("DEMO_JWT_SECRET", jwt_secret))
-            .agent(AgentSpec::bin("tool-agent", "tool-agent", &[]))
+            .agent(AgentSpec::bin("tool-agent", "tool-agent", tool_args))
             .agent(AgentSpec::bin(
                 "guardrail-agent",
                 "guardrail-agent",
