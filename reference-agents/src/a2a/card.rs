@@ -170,7 +170,7 @@ impl Policy for A2aCardFilter {
             .cache
             .get(params, CardParams::parse)
             .map_err(|e| config_error(NAME, &e))?;
-        super::refuse_encoded(NAME, &ctx.response)?;
+        crate::tool::refuse_encoded(NAME, &ctx.response)?;
         let Some(mut doc) = ctx
             .response
             .body()

@@ -47,7 +47,7 @@ pub use card::A2aCardFilter;
 pub use tasks::A2aTaskOwnership;
 pub use urls::A2aUrlGuard;
 
-use policy_agents::{Metadata, ParamError, Params, PolicyError, ResponseView};
+use policy_agents::{Metadata, ParamError, Params};
 
 use crate::tool::metadata_text;
 use crate::tool::Style;
@@ -93,16 +93,5 @@ fn unknown_fields(p: &Params) -> Result<bool, ParamError> {
             other,
             "expected refuse or ignore",
         )),
-    }
-}
-
-/// A reply whose body is compressed cannot be read: an error (the route's
-/// `on_failure` decides), never a card or a list passed unread.
-fn refuse_encoded(policy: &str, response: &ResponseView<'_>) -> Result<(), PolicyError> {
-    match response.header("content-encoding").map(str::trim) {
-        Some(enc) if !enc.is_empty() && !enc.eq_ignore_ascii_case("identity") => Err(PolicyError::new(format!(
-            "{policy}: cannot read a {enc}-encoded reply; let the agent answer uncompressed (remove accept-encoding on the route)"
-        ))),
-        _ => Ok(()),
     }
 }

@@ -264,7 +264,7 @@ impl Policy for A2aTaskOwnership {
         if !learn && !list {
             return Ok(ResponseOutcome::proceed());
         }
-        super::refuse_encoded(NAME, &ctx.response)?;
+        crate::tool::refuse_encoded(NAME, &ctx.response)?;
         let Some(doc) = json_body(&ctx.response) else {
             return Ok(ResponseOutcome::proceed());
         };

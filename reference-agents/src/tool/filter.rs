@@ -152,13 +152,7 @@ impl Policy for McpToolFilter {
                 "{NAME}: a streamed reply that is not an event stream cannot be filtered piece by piece (the kernel buffers it when it honours streams_event_streams_only)"
             )));
         }
-        if let Some(enc) = ctx
-            .response
-            .header("content-encoding")
-            .filter(|e| !e.eq_ignore_ascii_case("identity"))
-        {
-            return Err(PolicyError::new(format!("{NAME}: cannot filter a {enc}-encoded reply")));
-        }
+        reply::refuse_encoded(NAME, &ctx.response)?;
         let caller = Caller::from_metadata(ctx.metadata);
         let (mut kept, mut hidden) = counts(ctx.state);
         let mut lists = 0;
@@ -220,13 +214,7 @@ impl Policy for McpToolFilter {
                 )))
             }
         };
-        if let Some(enc) = ctx
-            .response
-            .header("content-encoding")
-            .filter(|e| !e.eq_ignore_ascii_case("identity"))
-        {
-            return Err(PolicyError::new(format!("{NAME}: cannot filter a {enc}-encoded reply")));
-        }
+        reply::refuse_encoded(NAME, &ctx.response)?;
         // No list in the reply (a tool's answer): checked to be JSON, not
         // parsed into a tree.
         if format == Format::Json && list_keys().surely_absent(body) {

@@ -70,7 +70,7 @@ pub use args::{check_call, GuardConfig, ToolArgumentGuard, Violation};
 pub use authorize::{authorize, authorize_approved, Approved, AuthzConfig, McpToolAuthorization, ALWAYS_ALLOWED};
 pub use deny::{Refusal, Style, INSUFFICIENT_SCOPE};
 pub use filter::{filter_message, McpToolFilter};
-pub use reply::Format;
+pub use reply::{refuse_encoded, Format};
 pub use schema::{ToolSchemaValidation, MAX_LEARNED};
 pub use server_checks::{looks_secret, Verdict};
 pub use server_requests::{McpServerRequestGuard, REFUSED};

@@ -60,6 +60,20 @@ pub fn each(body: &[u8], format: Format, f: &mut dyn FnMut(&Value)) -> Result<()
     .map(|_| ())
 }
 
+/// A reply whose body is compressed cannot be read: an error (the route's
+/// `on_failure` decides), never a list, a card or a question passed unread.
+pub fn refuse_encoded(
+    policy: &str,
+    response: &policy_agents::ResponseView<'_>,
+) -> Result<(), policy_agents::PolicyError> {
+    match response.header("content-encoding").map(str::trim) {
+        Some(enc) if !enc.is_empty() && !enc.eq_ignore_ascii_case("identity") => Err(policy_agents::PolicyError::new(format!(
+            "{policy}: cannot read a {enc}-encoded reply; let the agent answer uncompressed (remove accept-encoding on the route)"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 fn is_blank(line: &str) -> bool {
     line.trim_end_matches(['\r', '\n']).is_empty()
 }

@@ -337,13 +337,7 @@ impl Policy for McpServerRequestGuard {
             Some(b) if !b.is_empty() => b,
             _ => return Ok(ResponseOutcome::proceed()),
         };
-        if let Some(enc) = ctx
-            .response
-            .header("content-encoding")
-            .filter(|e| !e.eq_ignore_ascii_case("identity"))
-        {
-            return Err(PolicyError::new(format!("{NAME}: cannot read a {enc}-encoded reply")));
-        }
+        reply::refuse_encoded(NAME, &ctx.response)?;
         // A tool's answer, which asks nothing: no parse.
         if format == Format::Json && crate::mcp::shapes::surely_plain(body) {
             return Ok(ResponseOutcome::proceed());

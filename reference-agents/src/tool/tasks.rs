@@ -202,13 +202,7 @@ impl Policy for McpTaskOwnership {
         let (Some(format), Some(body)) = (Format::of(ctx.response.header("content-type")), ctx.response.body()) else {
             return Ok(ResponseOutcome::proceed());
         };
-        if let Some(enc) = ctx
-            .response
-            .header("content-encoding")
-            .filter(|e| !e.eq_ignore_ascii_case("identity"))
-        {
-            return Err(PolicyError::new(format!("{NAME}: cannot read a {enc}-encoded reply")));
-        }
+        reply::refuse_encoded(NAME, &ctx.response)?;
         if format == Format::Json && shapes::surely_plain(body) {
             return Ok(ResponseOutcome::proceed());
         }
