@@ -37,6 +37,27 @@ async fn input_requests_are_governed_in_json_replies_and_a_held_call_is_asked_by
         "only the allowed calls completed"
     );
 
+    // Recorded as a 2025 refusal is: Envoy's metadata and the journal.
+    let audit = e.dir.join("audit.jsonl");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let log = e.s.envoy.log();
+        let journal = std::fs::read_to_string(&audit).unwrap_or_default();
+        let found = [
+            log.contains("\"mcp.server_rule\":\"secret_field\""),
+            journal.contains("\"mcp.server_decision\":\"deny\""),
+            journal.contains("\"mcp.server_requests\":\"elicitation/create:deny:secret_field\""),
+        ];
+        if found.iter().all(|f| *f) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "refusals not recorded {found:?}:\n{log}\n--- journal ---\n{journal}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+
     check_sampling(&e, Sdk::Python);
     check_undeclared_url_elicitation(&e, Sdk::Python);
     check_approvals(&e, Sdk::Python).await;
@@ -134,6 +155,18 @@ async fn input_requests_in_sse_replies_and_the_2025_control_are_governed_alike()
     // 2026-07-28 with progress: SSE replies, the result last.
     let got = e.run(Sdk::Python, &reader, steps.clone(), &[]);
     check_governed(&got, &rules, "2026 SSE", &e.diag());
+    // Each refusal in an SSE reply ends its stream, counted by the kernel
+    // as for 2025: the six refused steps.
+    let series = "policy_kernel_stream_terminations_total{reason=\"mcp_server_request_refused\",route=\"mcp\"}";
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while e.s.kernel.metric(series) < 6.0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{}",
+            e.s.kernel.admin_get("/metrics").1
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
     assert!(
         got[0]["progress"].as_u64().unwrap_or(0) >= 1,
         "an SSE reply: {}",
