@@ -186,10 +186,17 @@ impl Rules {
     /// As [`Rules::parse`], with `default_methods` for rules without
     /// `methods` (the A2A policies: the sending methods).
     pub fn parse_with_default(param: &str, raw: &str, default_methods: &[&str]) -> Result<Rules, ParamError> {
-        let specs: Vec<RuleSpec> = serde_json::from_str(raw.trim())
+        let raws: Vec<serde_json::Value> = serde_json::from_str(raw.trim())
             .map_err(|e| ParamError::invalid(param, "(rules)", format!("expected a JSON list of rules: {e}")))?;
-        let mut rules = Vec::with_capacity(specs.len());
-        for (i, spec) in specs.into_iter().enumerate() {
+        let mut rules = Vec::with_capacity(raws.len());
+        for (i, raw) in raws.into_iter().enumerate() {
+            let spec: RuleSpec = serde_json::from_value(raw.clone()).map_err(|e| {
+                ParamError::invalid(
+                    param,
+                    "(rules)",
+                    format!("expected a JSON list of rules: rule {i}: {e}"),
+                )
+            })?;
             let name = spec.name.clone().unwrap_or_else(|| format!("rules[{i}]"));
             let methods = spec
                 .methods
@@ -213,7 +220,18 @@ impl Rules {
                 None => None,
             };
             let approval = match (spec.effect, spec.approval) {
-                (Effect::Approve, Some(a)) => Some(ApprovalRule::parse(param, &name, a)?),
+                (Effect::Approve, Some(a)) => {
+                    let mut terms = ApprovalRule::parse(param, &name, a)?;
+                    // What the rule matches and asks, as written (its name
+                    // left out); the effective methods when it names none.
+                    terms.digest = crate::approvals::binding::digest(&serde_json::json!({
+                        "methods": methods,
+                        "tools": raw.get("tools").or_else(|| raw.get("skills")),
+                        "when": raw.get("when"),
+                        "approval": raw.get("approval"),
+                    }));
+                    Some(terms)
+                }
                 (Effect::Approve, None) => {
                     return Err(ParamError::invalid(
                         param,

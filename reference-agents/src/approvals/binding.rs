@@ -5,6 +5,12 @@
 //! path), the method and target (tool, skill), a digest of the canonical
 //! arguments, and the session where there is one. Two calls share an
 //! approval only when all of these are equal.
+//!
+//! Standing grants (`allow_session`, `allow_always`, `allow_constrained`)
+//! are keyed by the digest of the `approve` rule that asked instead of the
+//! route's version: an edit of another policy or rule of the route, or of
+//! the agents' names, keeps them; a change of that rule's matchers or
+//! approval terms (or its removal) voids them.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -38,6 +44,11 @@ pub struct CallBinding {
     pub args_digest: String,
     /// The session (`mcp-session-id`), where there is one.
     pub session: Option<String>,
+    /// The digest of the `approve` rule that governs the call
+    /// ([`ApprovalRule::digest`](super::rule::ApprovalRule::digest)): the
+    /// standing grants' keys carry it instead of the route's version.
+    #[serde(default)]
+    pub rule: String,
 }
 
 impl CallBinding {
@@ -63,31 +74,36 @@ impl CallBinding {
             target: target.to_string(),
             args_digest: digest(args),
             session: session.filter(|s| !s.is_empty()).map(String::from),
+            rule: String::new(),
         }
     }
 
-    /// The key of the exact call: every field.
+    /// The key of the exact call: every field, the route's version too
+    /// (`allow_once` and `deny` are for this very call).
     pub fn call_key(&self) -> String {
-        self.hash(true, true)
+        self.hash(&self.route_version, true, true)
     }
 
-    /// The key of this caller's use of this tool on this route version and
-    /// endpoint, any arguments, any session.
+    /// The key of this caller's use of this tool under this `approve` rule
+    /// on this route and endpoint, any arguments, any session: what an
+    /// `allow_always` or `allow_constrained` grant covers. It holds while
+    /// the rule is unchanged, whatever else of the route is edited.
     pub fn tool_key(&self) -> String {
-        self.hash(false, false)
+        self.hash(&self.rule, false, false)
     }
 
-    /// The key of this caller's use of this tool in this session.
+    /// The key of this caller's use of this tool in this session, under this
+    /// `approve` rule.
     pub fn session_key(&self) -> Option<String> {
-        self.session.as_ref().map(|_| self.hash(false, true))
+        self.session.as_ref().map(|_| self.hash(&self.rule, false, true))
     }
 
-    fn hash(&self, args: bool, session: bool) -> String {
+    fn hash(&self, version: &str, args: bool, session: bool) -> String {
         let mut h = Sha256::new();
         for part in [
             self.principal.as_str(),
             &self.route,
-            &self.route_version,
+            version,
             &self.endpoint,
             &self.method,
             &self.target,

@@ -209,11 +209,12 @@ impl Approvals {
     /// 503 `session_store_unavailable` under `on_failure: deny`).
     pub async fn check(
         &self,
-        binding: CallBinding,
+        mut binding: CallBinding,
         args: &Value,
         rule: &str,
         terms: &ApprovalRule,
     ) -> Result<Check, PolicyError> {
+        binding.rule.clone_from(&terms.digest);
         let mut fx = Effects::default();
         let now = now_ms();
         let check = match &self.backend {

@@ -107,6 +107,10 @@ pub struct ApprovalRule {
     pub always_max: Duration,
     /// Whether a caller may approve its own call.
     pub self_approve: bool,
+    /// A digest of the `approve` rule that asked (its matchers and these
+    /// terms, not its name): standing grants are bound to it, so they
+    /// outlive edits of the rest of the route and die with the rule.
+    pub digest: String,
 }
 
 impl ApprovalRule {
@@ -141,6 +145,7 @@ impl ApprovalRule {
             grants: unique,
             always_max,
             self_approve: spec.self_approve,
+            digest: String::new(),
         })
     }
 }

@@ -32,6 +32,7 @@ pub(crate) fn binding_of(principal: &str, args: &serde_json::Value, session: Opt
         target: "delete_file".into(),
         args_digest: digest(args),
         session: session.map(String::from),
+        rule: String::new(),
     }
 }
 
@@ -316,4 +317,80 @@ async fn the_shared_store_answers_and_journals_each_step() {
         })
         .collect();
     assert_eq!(kinds, ["requested", "decided", "released"]);
+}
+
+/// The approve rule's digest, as `Rules::parse` computes it for `rule`.
+fn rule_digest(rule: serde_json::Value) -> String {
+    let rules = crate::rules::Rules::parse("rules", &json!([rule]).to_string()).unwrap();
+    let caller = who("alice", &["agent"]);
+    let d = rules.decide("tools/call", Some("delete_file"), &caller);
+    d.approval_need().expect("an approve rule").terms.digest.clone()
+}
+
+#[test]
+fn standing_grants_follow_the_approve_rule_not_the_route_entry() {
+    let rule = json!({"name": "deletes", "effect": "approve", "tools": ["delete_file"],
+        "approval": {"approvers": {"roles_any": ["approver"]}, "ttl_s": 60}});
+    let d1 = rule_digest(rule.clone());
+    // The name is not what the rule matches or asks.
+    let mut renamed = rule.clone();
+    renamed["name"] = json!("deletes-need-a-person");
+    assert_eq!(rule_digest(renamed), d1);
+    let mut other_matcher = rule.clone();
+    other_matcher["tools"] = json!(["delete_*"]);
+    let mut other_approvers = rule.clone();
+    other_approvers["approval"]["approvers"] = json!({"roles_any": ["admin"]});
+    let (d2, d3) = (rule_digest(other_matcher), rule_digest(other_approvers));
+    assert!(d2 != d1 && d3 != d1 && d2 != d3);
+
+    let mut s = Store::new(Limits::default());
+    let bob = who("bob", &["approver"]);
+    let mut fx = Effects::default();
+    let ask_as = |s: &mut Store, version: &str, digest: &str, args: serde_json::Value, now: u64| {
+        let mut b = binding(&args, None);
+        b.route_version = version.into();
+        b.rule = digest.into();
+        s.check(
+            b,
+            &args,
+            || args.clone(),
+            "deletes",
+            &terms(),
+            || format!("id{now}"),
+            now,
+            &mut Effects::default(),
+        )
+    };
+    let id = pending_id(&ask_as(&mut s, "v1", &d1, json!({"path": "/a"}), 0));
+    s.decide(&id, &bob, decide(GrantKind::AllowAlways), None, 1, &mut fx)
+        .unwrap();
+    // Another param of the route changed (a new route version), the rule not:
+    // the grant stands.
+    assert!(matches!(
+        ask_as(&mut s, "v2", &d1, json!({"path": "/b"}), 2),
+        Check::Granted { .. }
+    ));
+    // The rule's matcher or approvers changed: asked again.
+    assert!(matches!(
+        ask_as(&mut s, "v3", &d2, json!({"path": "/b"}), 3),
+        Check::Pending { .. }
+    ));
+    assert!(matches!(
+        ask_as(&mut s, "v4", &d3, json!({"path": "/c"}), 4),
+        Check::Pending { .. }
+    ));
+
+    // allow_once keeps its exact-call binding, the route's version with it.
+    let mut s = Store::new(Limits::default());
+    let id = pending_id(&ask_as(&mut s, "v1", &d1, json!({"path": "/a"}), 10));
+    s.decide(&id, &bob, decide(GrantKind::AllowOnce), None, 11, &mut fx)
+        .unwrap();
+    assert!(matches!(
+        ask_as(&mut s, "v2", &d1, json!({"path": "/a"}), 12),
+        Check::Pending { .. }
+    ));
+    assert!(matches!(
+        ask_as(&mut s, "v1", &d1, json!({"path": "/a"}), 13),
+        Check::Granted { .. }
+    ));
 }
