@@ -50,6 +50,7 @@ async fn auth_agent_checks_api_keys_and_roles() {
             "jwtValidation",
             "oauthProtectedResource",
             "roleCheck",
+            "tokenExchange",
             "tokenIntrospection"
         ]
     );
@@ -188,6 +189,7 @@ async fn tool_agent_governs_mcp_calls() {
             "toolArgumentGuard",
             "toolSchemaValidation",
             "mcpServerRequestGuard",
+            "mcpTaskOwnership",
             "a2aAuthorization",
             "a2aTaskOwnership",
             "a2aCardFilter",
