@@ -9,13 +9,17 @@
 //!
 //! The policies, grouped by the agent that serves them:
 //!
-//! * [`auth`]: `apiKeyAuth`, `jwtValidation`, `roleCheck` (`auth-agent`).
+//! * [`auth`]: `apiKeyAuth`, `jwtValidation`, `tokenIntrospection`,
+//!   `oauthProtectedResource`, `roleCheck`, `tokenExchange` (`auth-agent`;
+//!   `tokenExchange` swaps the caller's token for one issued for the
+//!   upstream, RFC 8693).
 //! * [`ratelimit`]: `rateLimit`, `tokenBasedRateLimit` (`ratelimit-agent`).
 //! * [`guardrail`]: `addSecurityHeaders`, `promptInjectionGuard`,
 //!   `piiRedaction`, `auditLog` (`guardrail-agent`); `guardrail::learned` is
 //!   the learned prompt-injection detector and its trainer.
 //! * [`tool`]: `mcpToolAuthorization`, `mcpToolFilter`, `toolArgumentGuard`,
-//!   `toolSchemaValidation`, `mcpServerRequestGuard` (`tool-agent`);
+//!   `toolSchemaValidation`, `mcpServerRequestGuard`, `mcpTaskOwnership`
+//!   (`tool-agent`), for both MCP revisions (read through [`mcp`]);
 //!   `tool::stream_relay` relays MCP sessions' GET streams with the
 //!   approvals' completion notices added (`--mcp-stream-relay`).
 //! * [`a2a`]: `a2aAuthorization`, `a2aTaskOwnership`, `a2aCardFilter`,
