@@ -56,24 +56,27 @@ pub const UNREADABLE: &str = "unreadable_reply";
 /// The rule of a question for a capability the client did not declare.
 pub const NOT_DECLARED: &str = "capability_not_declared";
 
+/// The store key of questions asked of `caller` at endpoint `path` about
+/// `what`: the digest of the principal, the path (no query) and `what`.
+fn questions_key(path: &str, caller: &Caller, what: &[Value]) -> String {
+    let path = path.split(['?', '#']).next().unwrap_or(path);
+    let mut parts = vec![json!(principal(caller)), json!(path)];
+    parts.extend_from_slice(what);
+    format!("mcp-input {}", digest(&Value::Array(parts)))
+}
+
 /// The store key of a call's questions.
 pub fn call_key(path: &str, caller: &Caller, call: &Call<'_>) -> String {
-    let path = path.split(['?', '#']).next().unwrap_or(path);
-    let d = digest(&json!([
-        principal(caller),
+    questions_key(
         path,
-        call.method,
-        call.target,
-        call.arguments
-    ]));
-    format!("mcp-input {d}")
+        caller,
+        &[json!(call.method), json!(call.target), json!(call.arguments)],
+    )
 }
 
 /// The store key of a task's questions (tasks extension).
 pub fn task_key(path: &str, caller: &Caller, task: &str) -> String {
-    let path = path.split(['?', '#']).next().unwrap_or(path);
-    let d = digest(&json!([principal(caller), path, "task", task]));
-    format!("mcp-input {d}")
+    questions_key(path, caller, &[json!("task"), json!(task)])
 }
 
 /// What the questions of one reply document came to.

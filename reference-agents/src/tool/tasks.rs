@@ -37,8 +37,8 @@ use crate::mcp::shapes::{self, Item, ResultType};
 use crate::param_cache::ParamCache;
 use crate::sessions::SessionStore;
 use policy_agents::{
-    describe, ChunkContext, ChunkOutcome, Deny, Framing, Metadata, ParamError, Params, Policy, PolicyError,
-    RequestContext, RequestOutcome, ResponseContext, ResponseOutcome,
+    describe, ChunkContext, ChunkOutcome, Deny, Framing, ParamError, Params, Policy, PolicyError, RequestContext,
+    RequestOutcome, ResponseContext, ResponseOutcome,
 };
 
 const NAME: &str = "mcpTaskOwnership";
@@ -72,11 +72,6 @@ impl OwnParams {
     fn key(&self, authority: &str, task: &str) -> String {
         format!("mcp-task {} {task}", self.namespace.as_deref().unwrap_or(authority))
     }
-}
-
-/// The principal of a call: the JWT subject, else the API-key consumer.
-fn principal(md: &Metadata) -> Option<String> {
-    crate::a2a::principal(md)
 }
 
 /// The `mcpTaskOwnership` policy.
@@ -167,7 +162,7 @@ impl Policy for McpTaskOwnership {
             Incoming::Bad(d) => return Ok(RequestOutcome::denied_with(d)),
             Incoming::Messages(env) => env,
         };
-        let who = principal(ctx.metadata);
+        let who = crate::a2a::principal(ctx.metadata);
         for m in &env.messages {
             // `incoming` read every message through the reader already.
             let Ok(Some(call)) = shapes::read_call(m) else { continue };
@@ -206,7 +201,7 @@ impl Policy for McpTaskOwnership {
         if format == Format::Json && shapes::surely_plain(body) {
             return Ok(ResponseOutcome::proceed());
         }
-        let who = principal(ctx.metadata);
+        let who = crate::a2a::principal(ctx.metadata);
         let mut docs = Vec::new();
         // A body that is not JSON is mcpServerRequestGuard's to refuse.
         let _ = reply::each(body, format, &mut |doc| docs.push(doc.clone()));
@@ -232,7 +227,7 @@ impl Policy for McpTaskOwnership {
                 "{NAME}: a streamed reply that is not an event stream cannot be read event by event"
             )));
         }
-        let who = principal(ctx.metadata);
+        let who = crate::a2a::principal(ctx.metadata);
         let mut n = 0;
         for ev in ctx.events {
             if let EventMessage::Message(doc) = events::read(ev) {
