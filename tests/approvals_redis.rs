@@ -32,7 +32,8 @@ const RULES: &str = r#"[{"name": "deletes", "effect": "approve", "tools": ["dele
 
 use support::jwt::JWT_PARAMS as JWT;
 
-fn routes() -> String {
+/// The routes, with `mcpToolAuthorization` on agent `a` and the API on `b`.
+fn routes(a: &str, b: &str) -> String {
     format!(
         r#"  route_policies:
     - route_name: mcp
@@ -40,27 +41,32 @@ fn routes() -> String {
         - policy: jwtValidation
           params: {JWT}
         - policy: mcpToolAuthorization
-          agent: tool-a
+          agent: {a}
           params: {{rules: {RULES}}}
       response_policy_chain:
         - policy: approvalOutcome
-          agent: tool-a
+          agent: {a}
     - route_name: approvals-page
       request_policy_chain:
         - policy: approvals
-          agent: tool-b
+          agent: {b}
     - route_name: approvals
       request_policy_chain:
         - policy: jwtValidation
           params: {JWT}
         - policy: approvals
-          agent: tool-b
+          agent: {b}
 "#
     )
 }
 
 struct Approvals {
-    redis: Redis,
+    /// The Redis this gateway started (another may share it).
+    redis: Option<Redis>,
+    /// Its two tool agents' names.
+    names: [&'static str; 2],
+    /// The `host` its MCP calls name (default: Envoy's address).
+    host: Option<&'static str>,
     s: Stack,
     dir: PathBuf,
     /// tool-a's and tool-b's journals.
@@ -71,19 +77,26 @@ struct Approvals {
 
 async fn start() -> Approvals {
     let redis = Redis::start();
+    let mut a = start_on(&redis.url, ["tool-a", "tool-b"]).await;
+    a.redis = Some(redis);
+    a
+}
+
+/// A gateway on the Redis at `url`, its tool agents named `names`.
+async fn start_on(url: &str, names: [&'static str; 2]) -> Approvals {
     let b = Stack::builder();
     let dir = b.dir().to_path_buf();
     let journal_a = dir.join("approvals-a.jsonl");
     let journal_b = dir.join("approvals-b.jsonl");
     let tool = |name: &str, journal: &Path| {
         let journal_arg = format!("--approvals-journal={}", journal.display());
-        AgentSpec::bin(name, "tool-agent", &["--redis-url", &redis.url, &journal_arg])
+        AgentSpec::bin(name, "tool-agent", &["--redis-url", url, &journal_arg])
     };
     let s = b
         .agent(AgentSpec::bin("auth-agent", "auth-agent", &[]).env("DEMO_JWT_SECRET", SECRET))
-        .agent(tool("tool-a", &journal_a))
-        .agent(tool("tool-b", &journal_b))
-        .config(&routes())
+        .agent(tool(names[0], &journal_a))
+        .agent(tool(names[1], &journal_b))
+        .config(&routes(names[0], names[1]))
         .mcp_upstream()
         .envoy_config(|kernel, upstream| {
             support::approvals::envoy_config(kernel, upstream, &support::approvals::mcp_route(), Vec::new())
@@ -91,7 +104,9 @@ async fn start() -> Approvals {
         .start()
         .await;
     Approvals {
-        redis,
+        redis: None,
+        names,
+        host: None,
         s,
         dir,
         journal_a,
@@ -130,12 +145,22 @@ fn jsonrpc(body: &str) -> Value {
 }
 
 impl Approvals {
+    fn redis(&self) -> &Redis {
+        self.redis.as_ref().expect("this gateway's own Redis")
+    }
+
+    fn redis_mut(&mut self) -> &mut Redis {
+        self.redis.as_mut().expect("this gateway's own Redis")
+    }
+
     fn diag(&self) -> String {
         format!(
-            "{}\n--- tool-a ---\n{}\n--- tool-b ---\n{}",
+            "{}\n--- {} ---\n{}\n--- {} ---\n{}",
             self.s.diag(),
-            self.s.agent("tool-a").log(),
-            self.s.agent("tool-b").log()
+            self.names[0],
+            self.s.agent(self.names[0]).log(),
+            self.names[1],
+            self.s.agent(self.names[1]).log()
         )
     }
 
@@ -165,20 +190,16 @@ impl Approvals {
             "params": {"name": tool, "arguments": {"path": path}}})
         .to_string();
         let auth = format!("Bearer {token}");
-        let got = self
-            .s
-            .send(
-                "POST",
-                "/mcp",
-                &[
-                    ("authorization", auth.as_str()),
-                    ("content-type", "application/json"),
-                    ("accept", "application/json, text/event-stream"),
-                    ("mcp-protocol-version", "2025-11-25"),
-                ],
-                Some(&body),
-            )
-            .await;
+        let mut headers = vec![
+            ("authorization", auth.as_str()),
+            ("content-type", "application/json"),
+            ("accept", "application/json, text/event-stream"),
+            ("mcp-protocol-version", "2025-11-25"),
+        ];
+        if let Some(h) = self.host {
+            headers.push(("host", h));
+        }
+        let got = self.s.send("POST", "/mcp", &headers, Some(&body)).await;
         let v = jsonrpc(&got.body);
         if got.status == 200 && v.is_object() {
             assert_eq!(v["id"], id, "the answer to another request: {}", got.body);
@@ -290,7 +311,7 @@ async fn a_call_held_by_one_tool_agent_is_decided_through_another_sharing_redis(
     assert_eq!(a.calls("tool-b") - calls_b, 0.0, "tool-b saw the call\n{}", a.diag());
     // The request is in Redis, not in tool-a's memory alone.
     let key = format!("policy-agents:{{approvals}}:approval:{id}");
-    assert_eq!(a.redis.cli(&["EXISTS", &key]), "1", "{key} not in Redis");
+    assert_eq!(a.redis().cli(&["EXISTS", &key]), "1", "{key} not in Redis");
 
     // b. Listed and decided through tool-b's API.
     let calls_a = a.calls("tool-a");
@@ -377,7 +398,7 @@ async fn a_call_held_by_one_tool_agent_is_decided_through_another_sharing_redis(
 
     // e. Redis away: a call that needs approval fails closed, the API
     // answers 503, a call that needs none still passes.
-    a.redis.stop();
+    a.redis_mut().stop();
     let before = a.ran().len();
     let closed = a.call(&alice, "delete_file", "/srv/data/during-outage.csv").await;
     assert_eq!(closed.status, 503, "{}\n{}", closed.body, a.diag());
@@ -444,4 +465,48 @@ async fn a_call_held_by_one_tool_agent_is_decided_through_another_sharing_redis(
             String::from_utf8_lossy(&out.stderr)
         );
     }
+}
+
+/// Two gateways whose tool agents are named differently (so their routes'
+/// versions differ) carry the same approve rule on one Redis: a standing
+/// grant given through one lets the caller's calls through the other,
+/// unasked. Both are reached under one host name, as behind one load
+/// balancer (a grant is bound to the endpoint).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateways_with_differently_named_agents_share_standing_grants() {
+    let redis = Redis::start();
+    let mut west = start_on(&redis.url, ["tool-a", "tool-b"]).await;
+    let mut east = start_on(&redis.url, ["east-tools", "east-approvals"]).await;
+    west.host = Some("mcp.example.com");
+    east.host = Some("mcp.example.com");
+    let alice = jwt("alice", &["agent"]);
+    let bob = jwt("bob", &["approver"]);
+
+    let first = west.call(&alice, "delete_file", "/srv/w/1").await;
+    let id = waiting(&first, || west.diag());
+    west.until_pending(&bob, &id).await;
+    let (status, body) = west
+        .api(
+            "POST",
+            &format!("/approvals/{id}"),
+            &bob,
+            Some(json!({"grant": "allow_always"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}\n{}", west.diag());
+
+    // Through the other gateway: another path, the same grant.
+    let other = east.call(&alice, "delete_file", "/srv/e/2").await;
+    assert_eq!(
+        result_text(&other),
+        "deleted /srv/e/2",
+        "{}\n{}",
+        other.body,
+        east.diag()
+    );
+    assert_eq!(east.ran_count("delete_file", "/srv/e/2"), 1);
+    // Another caller is asked, through either.
+    let carol = jwt("carol", &["agent"]);
+    let asked = east.call(&carol, "delete_file", "/srv/e/3").await;
+    waiting(&asked, || east.diag());
 }

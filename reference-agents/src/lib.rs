@@ -32,8 +32,10 @@
 //!   tool agent's rules and argument guards; untrusted prompt text fenced off.
 //! * [`approvals`]: `approvals` (`tool-agent`, `planner-agent`): the API and
 //!   page where people decide the calls that `approve` rules hold, the
-//!   pending requests and grants those rules check (bound to the exact call),
-//!   and `approvals::notices`, the decisions as they are made.
+//!   pending requests and grants those rules check (bound to the exact call,
+//!   standing grants to the rule), `approvals::notices`, the decisions as
+//!   they are made, and `approvals::notify`, requests and decisions
+//!   announced to webhooks, Slack and Teams (signed, retried, off the path).
 //!
 //! The layers they share, one copy each:
 //!

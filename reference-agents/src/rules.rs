@@ -224,11 +224,16 @@ impl Rules {
                     let mut terms = ApprovalRule::parse(param, &name, a)?;
                     // What the rule matches and asks, as written (its name
                     // left out); the effective methods when it names none.
+                    // Where requests are announced is not what was approved.
+                    let mut asked = raw.get("approval").cloned();
+                    if let Some(serde_json::Value::Object(m)) = asked.as_mut() {
+                        m.remove("notify");
+                    }
                     terms.digest = crate::approvals::binding::digest(&serde_json::json!({
                         "methods": methods,
                         "tools": raw.get("tools").or_else(|| raw.get("skills")),
                         "when": raw.get("when"),
-                        "approval": raw.get("approval"),
+                        "approval": asked,
                     }));
                     Some(terms)
                 }

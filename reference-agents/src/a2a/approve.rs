@@ -62,7 +62,7 @@ pub(super) fn refusal(check: &Check, rule: &str, skill: &str, page: &str) -> Opt
                 kind: Kind::Denied,
                 reason: "APPROVAL_DENIED",
                 message: match reason {
-                    Some(r) => format!("skill {skill} denied by an approver: {r}"),
+                    Some(r) => format!("skill {skill} denied: {r}"),
                     None => format!("skill {skill} denied by an approver"),
                 },
                 metadata: json!({"rule": rule, "skill": skill, "approval_id": id,

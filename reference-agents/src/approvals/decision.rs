@@ -125,3 +125,21 @@ pub(super) fn decision(
     };
     Ok((key, expires_ms, who))
 }
+
+/// Who decides a request its rule denies at expiry (`on_expiry: deny`).
+pub(super) const AT_EXPIRY: &str = "expiry";
+
+/// The denial of request `a` at its expiry (`on_expiry: deny`), at `now`:
+/// the decision, the grant's key (the exact call) and its expiry (one more
+/// `ttl_s`, so the caller's retry hears the reason).
+pub(super) fn expiry_denial(a: &Approval, now: u64) -> (DecideBody, String, u64) {
+    let body = DecideBody {
+        grant: GrantKind::Deny,
+        reason: Some(a.terms.expiry_reason()),
+        alternative: None,
+        constraints: None,
+        ttl_s: None,
+    };
+    let until = now.saturating_add(a.terms.ttl.as_millis() as u64).max(now + 1);
+    (body, a.binding.call_key(), until)
+}

@@ -7,6 +7,9 @@
 //! | `policy_agent_approval_decisions_total{grant}` | decisions, by grant (`allow_once`, ..., `deny`) |
 //! | `policy_agent_approval_decision_seconds` | time from request to decision |
 //! | `policy_agent_approvals_expired_total` | requests nobody decided in time |
+//! | `policy_agent_approvals_auto_denied_total` | requests denied at expiry (`on_expiry: deny`) |
+//! | `policy_agent_approval_notifications_total{format,outcome}` | notifications `delivered`, `failed` (after their tries) or `dropped` (queue full) |
+//! | `policy_agent_approval_notification_retries_total{format}` | notification tries that failed and were tried again |
 
 use std::sync::OnceLock;
 
@@ -74,6 +77,8 @@ fn families() -> &'static Families {
 /// Registers the series now (the agent does at start).
 pub fn register_all() {
     families();
+    notifications();
+    auto_denied_counter();
 }
 
 pub(super) fn pending(n: usize) {
@@ -99,5 +104,60 @@ pub(super) fn decided(grant: GrantKind, waited_ms: u64) {
 pub(super) fn expired(n: usize) {
     if n > 0 {
         families().expired.inc_by(n as u64);
+    }
+}
+
+fn notifications() -> &'static (IntCounterVec, IntCounterVec) {
+    static F: OnceLock<(IntCounterVec, IntCounterVec)> = OnceLock::new();
+    F.get_or_init(|| {
+        (
+            register(
+                IntCounterVec::new(
+                    Opts::new(
+                        "policy_agent_approval_notifications_total",
+                        "Approval notifications, by target format and outcome (delivered, failed, dropped)",
+                    ),
+                    &["format", "outcome"],
+                )
+                .expect("a valid metric definition"),
+            ),
+            register(
+                IntCounterVec::new(
+                    Opts::new(
+                        "policy_agent_approval_notification_retries_total",
+                        "Approval notification tries that failed and were tried again, by target format",
+                    ),
+                    &["format"],
+                )
+                .expect("a valid metric definition"),
+            ),
+        )
+    })
+}
+
+pub(super) fn notified(format: &str, outcome: &str) {
+    notifications().0.with_label_values(&[format, outcome]).inc();
+}
+
+pub(super) fn retried(format: &str) {
+    notifications().1.with_label_values(&[format]).inc();
+}
+
+fn auto_denied_counter() -> &'static IntCounter {
+    static C: OnceLock<IntCounter> = OnceLock::new();
+    C.get_or_init(|| {
+        register(
+            IntCounter::new(
+                "policy_agent_approvals_auto_denied_total",
+                "Approval requests denied at expiry (on_expiry: deny)",
+            )
+            .expect("a valid metric definition"),
+        )
+    })
+}
+
+pub(super) fn auto_denied(n: usize) {
+    if n > 0 {
+        auto_denied_counter().inc_by(n as u64);
     }
 }

@@ -26,6 +26,7 @@ pub mod constraints;
 mod decision;
 pub mod metrics;
 pub mod notices;
+pub mod notify;
 pub mod outcome;
 mod preview;
 mod redis_scripts;
@@ -41,7 +42,7 @@ use serde_json::Value;
 pub use binding::CallBinding;
 pub use constraints::Constraints;
 pub use preview::preview;
-pub use rule::{ApprovalRule, Approvers, GrantKind};
+pub use rule::{ApprovalRule, Approvers, GrantKind, OnExpiry};
 pub use store::{Check, DecideBody, Event, Filter, Limits, Refused};
 
 use crate::guardrail::Journal;
@@ -61,7 +62,15 @@ pub struct Approvals {
     /// Woken after every decision this agent makes ([`notices`] reads the
     /// events then).
     changed: tokio::sync::Notify,
+    /// This store, for the task that expires its requests on time.
+    me: std::sync::Weak<Approvals>,
+    /// Whether that task runs.
+    sweeping: std::sync::atomic::AtomicBool,
 }
+
+/// How often requests of rules that announce or deny at expiry are expired
+/// when no call or API request came first.
+pub const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 enum Backend {
     Memory(Mutex<Store>),
@@ -111,11 +120,13 @@ impl Approvals {
             use sha2::Digest;
             sha2::Sha256::digest(format!("{} {} state-key", now_ms(), std::process::id())).into()
         });
-        Arc::new(Approvals {
+        Arc::new_cyclic(|me| Approvals {
             sealer: crate::mcp::state::Sealer::new(key),
             backend: Backend::Memory(Mutex::new(Store::new(limits))),
             journal: OnceLock::new(),
             changed: tokio::sync::Notify::new(),
+            me: me.clone(),
+            sweeping: Default::default(),
         })
     }
 
@@ -125,17 +136,61 @@ impl Approvals {
     pub async fn redis(url: &str, limits: Limits) -> Result<Arc<Approvals>, StoreError> {
         let backend = RedisApprovals::connect(url, limits).await?;
         let key = backend.state_key().await?;
-        Ok(Arc::new(Approvals {
+        Ok(Arc::new_cyclic(|me| Approvals {
             sealer: crate::mcp::state::Sealer::new(key),
             backend: Backend::Redis(backend),
             journal: OnceLock::new(),
             changed: tokio::sync::Notify::new(),
+            me: me.clone(),
+            sweeping: Default::default(),
         }))
     }
 
     /// What seals the gateway's own MCP `requestState`.
     pub fn sealer(&self) -> &crate::mcp::state::Sealer {
         &self.sealer
+    }
+
+    /// Expires (or denies) the requests whose time is up, now.
+    pub async fn sweep(&self) -> Result<(), PolicyError> {
+        let mut fx = Effects::default();
+        let now = now_ms();
+        let swept = match &self.backend {
+            Backend::Memory(s) => {
+                Self::lock(s).sweep(now, &mut fx);
+                Ok(())
+            }
+            Backend::Redis(r) => r.sweep(now, &mut fx).await.map_err(|e| e.policy_error()),
+        };
+        let done = self.finish(fx).await;
+        swept?;
+        done
+    }
+
+    /// Starts the task that sweeps every [`SWEEP_EVERY`] while this store
+    /// lives (once): a rule's requests are announced as expired, or
+    /// denied, on time, not at the next call.
+    fn sweep_on_time(&self) {
+        use std::sync::atomic::Ordering;
+        if self.sweeping.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let me = self.me.clone();
+        tokio::spawn(async move {
+            let mut failing = false;
+            loop {
+                tokio::time::sleep(SWEEP_EVERY).await;
+                let Some(a) = me.upgrade() else { return };
+                match a.sweep().await {
+                    Ok(()) => failing = false,
+                    Err(e) if !failing => {
+                        failing = true;
+                        tracing::warn!(error = %e, "expiring approval requests");
+                    }
+                    Err(_) => {}
+                }
+            }
+        });
     }
 
     /// Records every change in `journal` from now on (once).
@@ -161,10 +216,17 @@ impl Approvals {
     /// Journals and counts what an operation did (in Redis, also what it
     /// did before it failed).
     async fn finish(&self, fx: Effects) -> Result<(), PolicyError> {
-        if fx.decided.is_some() {
+        if fx.decided.is_some() || fx.auto_denied > 0 {
             self.changed.notify_waiters();
         }
         metrics::expired(fx.expired);
+        metrics::auto_denied(fx.auto_denied);
+        if !fx.announce.is_empty() {
+            let now = now_ms();
+            for (kind, a) in &fx.announce {
+                notify::announce(kind, a, now);
+            }
+        }
         if let Some((grant, waited_ms)) = fx.decided {
             metrics::decided(grant, waited_ms);
         }
@@ -215,6 +277,9 @@ impl Approvals {
         terms: &ApprovalRule,
     ) -> Result<Check, PolicyError> {
         binding.rule.clone_from(&terms.digest);
+        if terms.needs_sweeping() {
+            self.sweep_on_time();
+        }
         let mut fx = Effects::default();
         let now = now_ms();
         let check = match &self.backend {

@@ -54,11 +54,11 @@ use sha2::{Digest, Sha256};
 
 use super::binding::{principal, CallBinding};
 use super::constraints::Constraints;
-use super::decision::decision;
+use super::decision::{decision, expiry_denial, AT_EXPIRY};
 use super::redis_scripts::{
     ASK_LUA, CONSUME_LUA, DECIDE_LUA, DUE_LUA, EVENTS_LUA, EXPIRE_LUA, FIXED, LIST_LUA, LOAD_LUA, PRELUDE, REVOKE_LUA,
 };
-use super::rule::{ApprovalRule, Approvers, GrantKind};
+use super::rule::{ApprovalRule, Approvers, GrantKind, OnExpiry};
 use super::store::{
     may_view, record, refused, Approval, Check, DecideBody, Effects, Event, Filter, Limits, Refused, State, MAX_EVENTS,
     MAX_HISTORY,
@@ -336,6 +336,12 @@ impl RedisApprovals {
                 let mut expire = self.prepare(&self.expire);
                 expire.arg(id);
                 let expired = match approval(f(1), f(2), f(3), f(4)) {
+                    Ok(a) if a.terms.on_expiry == OnExpiry::Deny => {
+                        if !self.deny_at_expiry(&a, now, fx).await? {
+                            changed = true;
+                        }
+                        continue;
+                    }
                     Ok(mut a) => {
                         let read = a.version;
                         a.state = State::Expired;
@@ -366,6 +372,7 @@ impl RedisApprovals {
                         self.saw_pending(out.get(1).copied().unwrap_or(0));
                         fx.records.push(record("expired", &a, json!({})));
                         fx.expired += 1;
+                        fx.announce("approval.expired", &a);
                     }
                     (Some(-1), _) => changed = true,
                     _ => {}
@@ -470,6 +477,7 @@ impl RedisApprovals {
                         continue;
                     }
                     fx.records.push(record("released", &done, extra));
+                    fx.announce("approval.consumed", &done);
                 } else {
                     fx.records.push(record("released", &a, extra));
                 }
@@ -504,6 +512,7 @@ impl RedisApprovals {
                             &fresh,
                             json!({"rule": fresh.rule, "expires_ms": expires_ms, "session": fresh.binding.session}),
                         ));
+                        fx.announce("approval.requested", &fresh);
                     }
                     return Ok(Check::Pending {
                         id: field(1).to_string(),
@@ -576,48 +585,84 @@ impl RedisApprovals {
                 return Err(unknown(id));
             };
             let (key, expires_ms, who) = decision(&a, id, approver, &body, if_match, now)?;
-            let grant = StoredGrant {
-                kind: body.grant,
-                expires_ms,
-                constraints: body.constraints.clone(),
-                reason: body.reason.clone(),
-                alternative: body.alternative.clone(),
-            };
-            let mut done = a.clone();
-            done.apply_decision(&who, &body, now);
-            // TTLs in whole ms, within what Redis takes (a rule may give a
-            // grant centuries).
-            let grant_ttl = expires_ms.saturating_sub(now).clamp(1, MAX_TTL_MS);
-            let mut call = self.prepare(&self.decide);
-            call.arg(id)
-                .arg(a.version)
-                .arg(grant_ttl)
-                .arg(a.binding.call_key())
-                .arg(hashed(&a.binding.principal))
-                .arg(&key)
-                .arg(to_json(&grant)?)
-                .arg(expires_ms)
-                .arg(to_json(&done)?)
-                .arg(done.state.as_str())
-                .arg(event_json("approval.decided", &done))
-                .arg(grant_ttl.saturating_add(ms(KEEP)).min(MAX_TTL_MS))
-                .arg(MAX_HISTORY)
-                .arg(MAX_EVENTS);
-            let out: Vec<i64> = self.invoke(&call).await.map_err(StoreError::from)?;
-            if out.first() != Some(&1) {
+            let Some(done) = self.commit(&a, &who, &body, &key, expires_ms, now).await? else {
                 // Changed since read: read again.
                 continue;
-            }
-            self.saw_pending(out.get(1).copied().unwrap_or(0));
+            };
             fx.records.push(record(
                 "decided",
                 &done,
                 json!({"by": who, "grant": body.grant.as_str(), "grant_expires_ms": expires_ms}),
             ));
             fx.decided = Some((body.grant, now.saturating_sub(a.created_ms)));
+            fx.announce("approval.decided", &done);
             return Ok(done.to_json());
         }
         Err(bad(format!("approval {id} kept changing: try again")).into())
+    }
+
+    /// Writes decision `body` by `who` on request `a` as read, its grant
+    /// under `key` until `expires_ms`: the request as decided, or `None`
+    /// when it changed since read.
+    async fn commit(
+        &self,
+        a: &Approval,
+        who: &str,
+        body: &DecideBody,
+        key: &str,
+        expires_ms: u64,
+        now: u64,
+    ) -> Result<Option<Approval>, StoreError> {
+        let grant = StoredGrant {
+            kind: body.grant,
+            expires_ms,
+            constraints: body.constraints.clone(),
+            reason: body.reason.clone(),
+            alternative: body.alternative.clone(),
+        };
+        let mut done = a.clone();
+        done.apply_decision(who, body, now);
+        // TTLs in whole ms, within what Redis takes (a rule may give a
+        // grant centuries).
+        let grant_ttl = expires_ms.saturating_sub(now).clamp(1, MAX_TTL_MS);
+        let mut call = self.prepare(&self.decide);
+        call.arg(&a.id)
+            .arg(a.version)
+            .arg(grant_ttl)
+            .arg(a.binding.call_key())
+            .arg(hashed(&a.binding.principal))
+            .arg(key)
+            .arg(to_json(&grant)?)
+            .arg(expires_ms)
+            .arg(to_json(&done)?)
+            .arg(done.state.as_str())
+            .arg(event_json("approval.decided", &done))
+            .arg(grant_ttl.saturating_add(ms(KEEP)).min(MAX_TTL_MS))
+            .arg(MAX_HISTORY)
+            .arg(MAX_EVENTS);
+        let out: Vec<i64> = self.invoke(&call).await?;
+        if out.first() != Some(&1) {
+            return Ok(None);
+        }
+        self.saw_pending(out.get(1).copied().unwrap_or(0));
+        Ok(Some(done))
+    }
+
+    /// Denies request `a` at its expiry (`on_expiry: deny`): whether this
+    /// agent did (another may have, or it changed since read).
+    async fn deny_at_expiry(&self, a: &Approval, now: u64, fx: &mut Effects) -> Result<bool, StoreError> {
+        let (body, key, until) = expiry_denial(a, now);
+        let Some(done) = self.commit(a, AT_EXPIRY, &body, &key, until, now).await? else {
+            return Ok(false);
+        };
+        fx.records.push(record(
+            "decided",
+            &done,
+            json!({"by": AT_EXPIRY, "grant": "deny", "grant_expires_ms": until, "reason": body.reason}),
+        ));
+        fx.auto_denied += 1;
+        fx.announce("approval.decided", &done);
+        Ok(true)
     }
 
     /// Revokes the standing grant that approval `id` gave.
@@ -652,6 +697,7 @@ impl RedisApprovals {
                 continue;
             }
             fx.records.push(record("revoked", &done, json!({"by": principal(by)})));
+            fx.announce("approval.revoked", &done);
             return Ok(done.to_json());
         }
         Err(bad(format!("approval {id} kept changing: try again")).into())

@@ -697,3 +697,97 @@ async fn an_outage_fails_calls_closed_and_the_api_with_503() {
     let back = a.check(binding(&args, None), &args, "r", &terms()).await.unwrap();
     assert!(matches!(back, Check::Pending { created: true, .. }), "{back:?}");
 }
+
+#[tokio::test]
+async fn a_request_denied_at_expiry_is_denied_once_by_one_of_two_agents_as_in_memory() {
+    let Some(server) = redis() else { return };
+    let t = ApprovalRule::parse(
+        "rules",
+        "r",
+        json!({"approvers": {"roles_any": ["approver"]}, "ttl_s": 60, "on_expiry": "deny",
+            "expiry_reason": "late", "notify": [{"url": "http://127.0.0.1:9/x", "format": "slack"}]}),
+    )
+    .unwrap();
+    let mut memory = Store::new(Limits::default());
+    let a = RedisApprovals::connect(&server.url, Limits::default()).await.unwrap();
+    let b = RedisApprovals::connect(&server.url, Limits::default()).await.unwrap();
+    let args = json!({"path": "/x"});
+    let (mut fm, mut fr) = (Effects::default(), Effects::default());
+    let m = memory.check(
+        binding(&args, None),
+        &args,
+        || args.clone(),
+        "r",
+        &t,
+        || "id1".into(),
+        1_000,
+        &mut fm,
+    );
+    let r = a
+        .check(
+            binding(&args, None),
+            &args,
+            args.clone(),
+            "r",
+            &t,
+            || "id1".into(),
+            1_000,
+            &mut fr,
+        )
+        .await
+        .unwrap();
+    assert_eq!(m, r);
+    assert_eq!(
+        (fm.announce.len(), fr.announce.len()),
+        (1, 1),
+        "the request is announced"
+    );
+
+    let (mut fm, mut fa, mut fb) = (Effects::default(), Effects::default(), Effects::default());
+    memory.sweep(61_000, &mut fm);
+    let (ra, rb) = tokio::join!(a.sweep(61_000, &mut fa), b.sweep(61_000, &mut fb));
+    ra.unwrap();
+    rb.unwrap();
+    assert_eq!(fm.auto_denied, 1);
+    assert_eq!(fa.auto_denied + fb.auto_denied, 1, "denied by exactly one agent");
+    let (won, lost) = if fa.auto_denied == 1 { (&fa, &fb) } else { (&fb, &fa) };
+    same_effects(&fm, won, "denied at expiry");
+    assert_eq!(fm.auto_denied, won.auto_denied);
+    assert_eq!(won.announce.len(), 1);
+    assert_eq!(won.announce[0].0, "approval.decided");
+    assert!(lost.announce.is_empty() && lost.records.is_empty());
+
+    // The caller's retry is refused with the reason, by either agent.
+    let (mut fm, mut fr) = (Effects::default(), Effects::default());
+    let m = memory.check(
+        binding(&args, None),
+        &args,
+        || args.clone(),
+        "r",
+        &t,
+        || "id2".into(),
+        62_000,
+        &mut fm,
+    );
+    let r = b
+        .check(
+            binding(&args, None),
+            &args,
+            args.clone(),
+            "r",
+            &t,
+            || "id2".into(),
+            62_000,
+            &mut fr,
+        )
+        .await
+        .unwrap();
+    assert_eq!(m, r);
+    match r {
+        Check::Denied { id, reason, .. } => {
+            assert_eq!(id, "id1");
+            assert_eq!(reason.as_deref(), Some("late"));
+        }
+        other => panic!("{other:?}"),
+    }
+}

@@ -91,6 +91,23 @@ struct Spec {
     always_max_s: Option<u64>,
     #[serde(default)]
     self_approve: bool,
+    #[serde(default)]
+    on_expiry: OnExpiry,
+    expiry_reason: Option<String>,
+    #[serde(default)]
+    notify: Vec<super::notify::Target>,
+}
+
+/// What becomes of a request nobody decided within its `ttl_s`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OnExpiry {
+    /// It expires; the caller's next call asks again.
+    #[default]
+    Expire,
+    /// It is denied with a reason (`expiry_reason`), and the call is
+    /// refused with it for one more `ttl_s`.
+    Deny,
 }
 
 /// The compiled `approval` of a rule (serialized only to keep a request's
@@ -108,9 +125,19 @@ pub struct ApprovalRule {
     /// Whether a caller may approve its own call.
     pub self_approve: bool,
     /// A digest of the `approve` rule that asked (its matchers and these
-    /// terms, not its name): standing grants are bound to it, so they
-    /// outlive edits of the rest of the route and die with the rule.
+    /// terms, not its name nor its notification targets): standing grants
+    /// are bound to it, so they outlive edits of the rest of the route and
+    /// die with the rule.
     pub digest: String,
+    /// What becomes of a request nobody decided in time.
+    #[serde(default)]
+    pub on_expiry: OnExpiry,
+    /// The reason an expired request is denied with (`on_expiry: deny`).
+    #[serde(default)]
+    pub expiry_reason: Option<String>,
+    /// Where the rule's requests and decisions are announced.
+    #[serde(default)]
+    pub notify: Vec<super::notify::Target>,
 }
 
 impl ApprovalRule {
@@ -139,6 +166,15 @@ impl ApprovalRule {
                 unique.push(g);
             }
         }
+        if spec.on_expiry == OnExpiry::Deny && !unique.contains(&GrantKind::Deny) {
+            return Err(bad("on_expiry: deny needs `deny` among the grants".into()));
+        }
+        if spec.expiry_reason.is_some() && spec.on_expiry != OnExpiry::Deny {
+            return Err(bad("expiry_reason is only for on_expiry: deny".into()));
+        }
+        for (i, t) in spec.notify.iter().enumerate() {
+            t.validate().map_err(|why| bad(format!("notify[{i}]: {why}")))?;
+        }
         Ok(ApprovalRule {
             approvers: spec.approvers,
             ttl,
@@ -146,6 +182,22 @@ impl ApprovalRule {
             always_max,
             self_approve: spec.self_approve,
             digest: String::new(),
+            on_expiry: spec.on_expiry,
+            expiry_reason: spec.expiry_reason,
+            notify: spec.notify,
         })
+    }
+
+    /// The reason an auto-denied request gives.
+    pub fn expiry_reason(&self) -> String {
+        self.expiry_reason
+            .clone()
+            .unwrap_or_else(|| format!("nobody decided within {} s", self.ttl.as_secs()))
+    }
+
+    /// Whether the rule's requests must expire on time, not at the next
+    /// operation: they are announced, or denied at expiry.
+    pub fn needs_sweeping(&self) -> bool {
+        self.on_expiry == OnExpiry::Deny || !self.notify.is_empty()
     }
 }

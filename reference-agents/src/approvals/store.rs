@@ -16,8 +16,8 @@ use serde_json::{json, Map, Value};
 
 use super::binding::CallBinding;
 use super::constraints::Constraints;
-use super::decision::decision;
-use super::rule::{ApprovalRule, Approvers, GrantKind};
+use super::decision::{decision, expiry_denial, AT_EXPIRY};
+use super::rule::{ApprovalRule, Approvers, GrantKind, OnExpiry};
 use crate::rules::Caller;
 
 /// Decided and expired requests kept for the API, at most.
@@ -349,6 +349,21 @@ pub struct Effects {
     pub expired: usize,
     /// A decision and its time to decision (ms).
     pub decided: Option<(GrantKind, u64)>,
+    /// Requests denied at expiry (`on_expiry: deny`).
+    pub auto_denied: usize,
+    /// The events to announce (of rules with notification targets), in
+    /// order, with the request as it then stood.
+    pub announce: Vec<(&'static str, Approval)>,
+}
+
+impl Effects {
+    /// Keeps event `kind` about `a` for announcing, when its rule has
+    /// targets.
+    pub(super) fn announce(&mut self, kind: &'static str, a: &Approval) {
+        if !a.terms.notify.is_empty() {
+            self.announce.push((kind, a.clone()));
+        }
+    }
 }
 
 impl Store {
@@ -366,7 +381,8 @@ impl Store {
         self.pending
     }
 
-    fn emit(&mut self, kind: &'static str, a: &Approval) {
+    fn emit(&mut self, kind: &'static str, a: &Approval, fx: &mut Effects) {
+        fx.announce(kind, a);
         if self.events.len() >= MAX_EVENTS {
             self.events.pop_front();
         }
@@ -426,13 +442,34 @@ impl Store {
                 break;
             }
             self.unpend(&id);
-            if let Some(a) = self.approvals.get_mut(&id) {
+            let Some(a) = self.approvals.get_mut(&id) else { continue };
+            if a.terms.on_expiry == OnExpiry::Deny {
+                let (body, key, until) = expiry_denial(a, now);
+                a.apply_decision(AT_EXPIRY, &body, now);
+                fx.records.push(record(
+                    "decided",
+                    a,
+                    json!({"by": AT_EXPIRY, "grant": "deny", "grant_expires_ms": until, "reason": body.reason}),
+                ));
+                fx.auto_denied += 1;
+                let a = a.clone();
+                self.grants.entry(key.clone()).or_default().push(Grant {
+                    approval: id.clone(),
+                    kind: GrantKind::Deny,
+                    expires_ms: until,
+                    constraints: None,
+                    reason: body.reason,
+                    alternative: None,
+                });
+                self.grant_keys.insert(id, key);
+                self.emit("approval.decided", &a, fx);
+            } else {
                 a.state = State::Expired;
                 a.version += 1;
                 fx.records.push(record("expired", a, json!({})));
                 fx.expired += 1;
                 let a = a.clone();
-                self.emit("approval.expired", &a);
+                self.emit("approval.expired", &a, fx);
             }
         }
     }
@@ -509,7 +546,7 @@ impl Store {
                         fx.records.push(record("released", a, extra));
                         let a = a.clone();
                         self.grant_keys.remove(&g.approval);
-                        self.emit("approval.consumed", &a);
+                        self.emit("approval.consumed", &a, fx);
                     } else {
                         fx.records.push(record("released", a, extra));
                     }
@@ -556,7 +593,7 @@ impl Store {
             &a,
             json!({"rule": a.rule, "expires_ms": expires_ms, "session": a.binding.session}),
         ));
-        self.emit("approval.requested", &a);
+        self.emit("approval.requested", &a, fx);
         self.approvals.insert(id.clone(), a);
         Check::Pending {
             id,
@@ -630,7 +667,7 @@ impl Store {
         ));
         fx.decided = Some((body.grant, now.saturating_sub(created)));
         let a = a.clone();
-        self.emit("approval.decided", &a);
+        self.emit("approval.decided", &a, fx);
         Ok(a.to_json())
     }
 
@@ -666,7 +703,7 @@ impl Store {
         a.version += 1;
         fx.records.push(record("revoked", a, json!({"by": who})));
         let a = a.clone();
-        self.emit("approval.revoked", &a);
+        self.emit("approval.revoked", &a, fx);
         Ok(a.to_json())
     }
 }

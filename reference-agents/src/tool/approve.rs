@@ -164,7 +164,7 @@ pub fn refusal(
                 index,
                 code: DENIED,
                 message: match reason {
-                    Some(r) => format!("{target} denied by an approver: {r}"),
+                    Some(r) => format!("{target} denied: {r}"),
                     None => format!("{target} denied by an approver"),
                 },
                 data: json!({"reason": "approval_denied", "approval_id": id, "rule": rule, "target": target,
