@@ -74,10 +74,12 @@
 pub mod a2a;
 pub mod approvals;
 pub mod auth;
+pub mod credentials;
 pub mod guardrail;
 pub mod jsonrpc;
 pub mod mcp;
 pub mod normalize;
+pub mod pages;
 pub mod param_cache;
 pub mod planner;
 pub mod program;

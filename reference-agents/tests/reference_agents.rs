@@ -193,7 +193,11 @@ async fn tool_agent_governs_mcp_calls() {
             "a2aAuthorization",
             "a2aTaskOwnership",
             "a2aCardFilter",
-            "a2aUrlGuard"
+            "a2aUrlGuard",
+            "upstreamCredential",
+            "upstreamCredentialOutcome",
+            "upstreamConnect",
+            "upstreamConnections"
         ]
     );
     let mut client = agent.client().await;

@@ -42,19 +42,49 @@ pub struct NodeIdp {
     dir: PathBuf,
     proc: Option<Proc>,
     starts: u32,
+    /// Its files' prefix in `dir` (`idp`).
+    name: String,
+    /// More flags (`--interactive`, `--role upstream`, ...).
+    args: Vec<String>,
 }
 
 impl NodeIdp {
     /// Starts the provider with its files in `dir`.
     pub fn start(dir: &Path) -> Self {
+        Self::start_with(dir, "idp", &[])
+    }
+
+    /// Starts a provider named `name` (its files' prefix in `dir`) with
+    /// more flags `args` (`--interactive`, `--role upstream`, ...).
+    pub fn start_with(dir: &Path, name: &str, args: &[&str]) -> Self {
         let mut idp = NodeIdp {
             port: free_port(),
             dir: dir.to_path_buf(),
             proc: None,
             starts: 0,
+            name: name.to_string(),
+            args: args.iter().map(|a| a.to_string()).collect(),
         };
         idp.restart();
         idp
+    }
+
+    /// A user's JWT access token for `resource` (the provider's test-only
+    /// `POST /test/token`: no login).
+    pub async fn user_token(&self, sub: &str, resource: &str, scope: &str) -> String {
+        let v: serde_json::Value = reqwest::Client::new()
+            .post(format!("{}/test/token", self.issuer()))
+            .json(&serde_json::json!({"sub": sub, "resource": resource, "scope": scope}))
+            .send()
+            .await
+            .expect("test token")
+            .json()
+            .await
+            .expect("test token answer");
+        v["access_token"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no token: {v}"))
+            .to_string()
     }
 
     /// The issuer URL.
@@ -73,16 +103,17 @@ impl NodeIdp {
     pub fn restart(&mut self) {
         self.stop();
         self.starts += 1;
-        let port_file = self.dir.join(format!("idp.port.{}", self.starts));
+        let port_file = self.dir.join(format!("{}.port.{}", self.name, self.starts));
         let log = self.log_path();
         let mut cmd = Command::new("node");
         cmd.current_dir(idp_dir())
             .arg("provider.mjs")
             .args(["--port", &self.port.to_string()])
             .arg("--keys")
-            .arg(self.dir.join("idp-keys.json"))
+            .arg(self.dir.join(format!("{}-keys.json", self.name)))
             .arg("--port-file")
-            .arg(&port_file);
+            .arg(&port_file)
+            .args(&self.args);
         let log_file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -99,7 +130,7 @@ impl NodeIdp {
     }
 
     fn log_path(&self) -> PathBuf {
-        self.dir.join("idp.log")
+        self.dir.join(format!("{}.log", self.name))
     }
 
     /// Its log (one line per request).

@@ -100,18 +100,12 @@ impl Policy for ApprovalsApi {
         let method = req.method();
         if rest == "page" {
             return Ok(match method {
-                "GET" | "HEAD" => RequestOutcome::denied_with(
-                    Deny::new(200, PAGE)
-                        .header("content-type", "text/html; charset=utf-8")
-                        .header("cache-control", "no-store")
-                        .header(
-                            "content-security-policy",
-                            "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
-                        )
-                        .header("x-content-type-options", "nosniff")
-                        .header("referrer-policy", "no-referrer")
-                        .reason("approvals_page"),
-                ),
+                "GET" | "HEAD" => RequestOutcome::denied_with(crate::pages::page(
+                    200,
+                    PAGE,
+                    crate::pages::CSP_SCRIPT,
+                    "approvals_page",
+                )),
                 _ => error(405, "method_not_allowed", "the page is read with GET"),
             });
         }

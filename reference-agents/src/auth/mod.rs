@@ -32,13 +32,13 @@
 //!   keys and introspection (the agent's `--metrics-addr`).
 
 mod api_key;
-mod fetch;
+pub(crate) mod fetch;
 mod introspection;
-mod jwks;
+pub(crate) mod jwks;
 mod jwt;
 mod jwt_params;
 pub mod metrics;
-mod remote_keys;
+pub(crate) mod remote_keys;
 mod resource_metadata;
 mod roles;
 #[cfg(test)]

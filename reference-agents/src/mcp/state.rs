@@ -20,6 +20,15 @@ use sha2::Sha256;
 pub const PREFIX: &str = "pk1.";
 /// The `inputRequests` key of the gateway's own question.
 pub const APPROVAL_KEY: &str = "io.policy-kernel/approval";
+/// The `inputRequests` key of the gateway's question to connect an upstream
+/// account (`upstreamCredential`).
+pub const CONNECT_KEY: &str = "io.policy-kernel/connect";
+
+/// Whether `key` names one of the gateway's own questions (never the
+/// server's: the gateway answers for them).
+pub fn is_gateway_key(key: &str) -> bool {
+    key == APPROVAL_KEY || key == CONNECT_KEY
+}
 
 /// What the gateway's state says.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -16,6 +16,11 @@
 //! `--approvals-journal` records every request, decision, expiry and
 //! release this agent makes in a hash-chained journal.
 //!
+//! Users' upstream credentials (`upstreamCredential`, the connect page
+//! `upstreamConnect`, `upstreamConnections`) are kept sealed in memory, or
+//! in Redis with `--redis-url` (then `--credentials-key-file` or
+//! `POLICY_AGENT_CREDENTIALS_KEY` gives the key every agent shares).
+//!
 //! `--mcp-stream-relay LISTEN=UPSTREAM` relays MCP sessions' GET streams
 //! from the server and adds `notifications/elicitation/complete` when an
 //! approval of a call in the session is decided
@@ -28,6 +33,10 @@ use std::process::ExitCode;
 use super::approvals::ApprovalArgs;
 use crate::a2a::{A2aAuthorization, A2aCardFilter, A2aTaskOwnership, A2aUrlGuard};
 use crate::approvals::{api::ApprovalsApi, notices::Notices, outcome::ApprovalOutcome};
+use crate::credentials::connect::UpstreamConnect;
+use crate::credentials::connections::UpstreamConnections;
+use crate::credentials::policy::{UpstreamCredential, UpstreamCredentialOutcome};
+use crate::credentials::{store::Store, vault::Vault, Credentials};
 use crate::sessions::SessionStore;
 use crate::tool::stream_relay::{self, RelaySpec};
 use crate::tool::{
@@ -60,6 +69,13 @@ pub(crate) struct Args {
     redis_url: Option<String>,
     #[command(flatten)]
     approvals: ApprovalArgs,
+    /// The key (256 bits: 64 hex digits or base64) that seals users'
+    /// upstream credentials at rest; else the environment variable
+    /// POLICY_AGENT_CREDENTIALS_KEY; else a random key of this agent's (its
+    /// credentials then die with it; with --redis-url, upstreamCredential
+    /// refuses to store).
+    #[arg(long)]
+    credentials_key_file: Option<PathBuf>,
     /// Relay MCP sessions' GET streams: listen on LISTEN (host:port) for
     /// the GETs Envoy routes here, open each on the MCP server UPSTREAM
     /// (`http://host:port`), and add `notifications/elicitation/complete`
@@ -91,6 +107,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             .with_context(|| format!("--mcp-stream-relay: listening on {listen}"))?;
         tracing::info!(%bound, "MCP stream relay listening");
     }
+    let credentials = open_credentials(&args, &approvals).await?;
     let builder = Agent::builder("tool-agent", env!("CARGO_PKG_VERSION"))
         .policy(McpToolAuthorization::with_approvals(approvals.clone()))
         .policy(ApprovalsApi::new(approvals.clone()))
@@ -103,7 +120,31 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .policy(A2aAuthorization::with_approvals(approvals))
         .policy(A2aTaskOwnership::new(store))
         .policy(A2aCardFilter::default())
-        .policy(A2aUrlGuard::default());
+        .policy(A2aUrlGuard::default())
+        .policy(UpstreamCredential::new(credentials.clone()))
+        .policy(UpstreamCredentialOutcome::new(credentials.clone()))
+        .policy(UpstreamConnect::new(credentials.clone()))
+        .policy(UpstreamConnections::new(credentials));
     args.serve.apply(builder).serve_unix(&args.socket).await?;
     Ok(())
+}
+
+/// Users' upstream credentials: in Redis with `--redis-url`, else in memory;
+/// sealed with the key of `--credentials-key-file` or the environment.
+async fn open_credentials(
+    args: &Args,
+    approvals: &crate::approvals::Approvals,
+) -> anyhow::Result<std::sync::Arc<Credentials>> {
+    let vault = Vault::open_key(args.credentials_key_file.as_deref()).map_err(anyhow::Error::msg)?;
+    let store = match &args.redis_url {
+        Some(url) => Store::redis(url)
+            .await
+            .context("connecting to --redis-url for the upstream credentials")?,
+        None => Store::memory(),
+    };
+    if store.shared() && !vault.durable {
+        tracing::warn!("--redis-url without --credentials-key-file or POLICY_AGENT_CREDENTIALS_KEY: upstreamCredential will refuse to store credentials");
+    }
+    crate::credentials::metrics::register_all();
+    Credentials::new(store, vault, approvals.sealer().clone()).map_err(anyhow::Error::msg)
 }

@@ -24,7 +24,7 @@ use super::deny::Refusal;
 use crate::approvals::{Approvals, Check};
 use crate::jsonrpc::{Envelope, Message, DENIED};
 use crate::mcp::shapes::{self, Capabilities};
-use crate::mcp::state::{GatewayState, Sealer, APPROVAL_KEY};
+use crate::mcp::state::{is_gateway_key, GatewayState, Sealer, APPROVAL_KEY};
 use crate::rules::{ApprovalNeed, Caller};
 use policy_agents::{Deny, ParamError, Params, PolicyError, RequestContext};
 
@@ -261,10 +261,12 @@ pub fn modern<'a>(
         Some(Ok(Some(st))) if st.call != binding => return Err(bad_state("issued for another call")),
         Some(Ok(Some(st))) => Some(st),
     };
-    let ours_asked = call.input_responses.is_some_and(|r| r.contains_key(APPROVAL_KEY));
+    let ours_asked = call
+        .input_responses
+        .is_some_and(|r| r.keys().any(|k| is_gateway_key(k)));
     let answers = |r: &Map<String, Value>| {
         let mut r = r.clone();
-        r.remove(APPROVAL_KEY);
+        r.retain(|k, _| !is_gateway_key(k));
         (!r.is_empty()).then_some(r)
     };
     let mut modern = Modern {
@@ -311,19 +313,46 @@ pub fn modern<'a>(
 /// `requiredCapabilities` when the request did not declare URL
 /// elicitation.
 pub fn ask(m: &Modern<'_>, approval: &str, expires_ms: u64, url: &str, message: &str) -> Deny {
+    let data = json!({"reason": "approval_required", "approval_id": approval, "approval_url": url});
+    ask_for(m, APPROVAL_KEY, approval, expires_ms, url, message, data)
+}
+
+/// The gateway's question `key` of a 2026-07-28 call (a URL elicitation to
+/// `url`), its sealed state naming `waits_for` until `expires_ms`; -32021
+/// with `requiredCapabilities` and `data` (its `reason` the denial's)
+/// when the request did not declare URL elicitation.
+pub(crate) fn ask_for(
+    m: &Modern<'_>,
+    key: &str,
+    waits_for: &str,
+    expires_ms: u64,
+    url: &str,
+    message: &str,
+    data: Value,
+) -> Deny {
+    let reason = data
+        .get("reason")
+        .and_then(Value::as_str)
+        .unwrap_or("input_required")
+        .to_string();
     if !m.caps.url {
-        let data = json!({"requiredCapabilities": {"elicitation": {"url": {}}}, "reason": "approval_required",
-            "approval_id": approval, "approval_url": url});
+        let mut data = data;
+        if let Some(o) = data.as_object_mut() {
+            o.insert("requiredCapabilities".into(), json!({"elicitation": {"url": {}}}));
+        }
         let body = super::deny::error_object(
             m.id.clone(),
             crate::mcp::MISSING_CAPABILITY,
-            &format!("approval required: open {url} (the client did not declare elicitation.url)"),
+            &format!(
+                "{}: open {url} (the client did not declare elicitation.url)",
+                reason.replace('_', " ")
+            ),
             Some(&data),
         );
-        return Deny::json(400, &body).reason("approval_required");
+        return Deny::json(400, &body).reason(&reason);
     }
     let state = m.sealer.seal(&GatewayState {
-        approval: approval.to_string(),
+        approval: waits_for.to_string(),
         call: m.call.clone(),
         // Good for the retry after a decision made at the last moment.
         expires_ms: expires_ms.saturating_add(STATE_GRACE_MS),
@@ -332,11 +361,11 @@ pub fn ask(m: &Modern<'_>, approval: &str, expires_ms: u64, url: &str, message: 
     });
     let body = json!({"jsonrpc": "2.0", "id": m.id, "result": {
         "resultType": "input_required",
-        "inputRequests": {APPROVAL_KEY: {"method": "elicitation/create",
+        "inputRequests": {key: {"method": "elicitation/create",
             "params": {"mode": "url", "message": message, "url": url}}},
         "requestState": state,
     }});
-    Deny::json(200, &body).reason("approval_required")
+    Deny::json(200, &body).reason(&reason)
 }
 
 /// How long after its approval's expiry the gateway's state still opens.

@@ -39,7 +39,6 @@ use super::events;
 use super::server_checks::{decide, Checks, Verdict};
 use crate::approvals::binding::{digest, principal};
 use crate::mcp::shapes::{self, Asked, Call, Capabilities, Item, INPUT_METHODS};
-use crate::mcp::state::APPROVAL_KEY;
 use crate::planner::SessionStore;
 use crate::rules::Caller;
 use policy_agents::{Deny, Metadata, PolicyError, RequestContext, RequestOutcome};
@@ -208,7 +207,7 @@ pub async fn check_retry(
     let caps = call.capabilities.unwrap_or_default().to_metadata();
     if check {
         for answered in call.input_responses.into_iter().flat_map(|r| r.keys()) {
-            if answered == APPROVAL_KEY {
+            if crate::mcp::state::is_gateway_key(answered) {
                 continue;
             }
             let asked = store

@@ -38,7 +38,7 @@
 //! [`jsonrpc`](crate::jsonrpc) (parsing), [`rules`](crate::rules),
 //! [`param_cache`](crate::param_cache) (parsed params).
 
-mod approve;
+pub(crate) mod approve;
 mod args;
 mod authorize;
 pub(crate) mod deny;
