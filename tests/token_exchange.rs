@@ -156,6 +156,17 @@ async fn the_upstream_sees_only_its_own_token() {
     }
     assert_eq!(idp.hits("/token").await, before + 1);
 
+    // What the journal and access logs get of an exchange: the audience,
+    // the outcome and a short hash of the subject token, never a token.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !stack.envoy.log().contains("\"token_exchange.audience\":\"https://upstream.test/\"") {
+        assert!(std::time::Instant::now() < deadline, "{}", diag(&idp));
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let log = stack.envoy.log();
+    assert!(log.contains("\"token_exchange.subject_token\":\""), "{log}");
+    assert!(!log.contains(&caller) && !log.contains(&second), "a token in the access log");
+
     // The provider refuses the target: 403, the upstream not called.
     let got = get("/forbidden/x", &caller).await;
     assert_eq!(

@@ -684,6 +684,37 @@ impl Policy for TokenExchange {
                 }
             },
         };
+        let audience = cfg
+            .audience
+            .iter()
+            .chain(&cfg.resource)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(" ");
+        let acting = actor.as_deref().and_then(credentials::actor_name);
+        // What the journal keeps of the exchange: never a token.
+        let audit = |out: RequestOutcome, outcome: &str| {
+            let out = out
+                .set_metadata("token_exchange", outcome)
+                .set_metadata("token_exchange.audience", &audience)
+                .set_metadata("token_exchange.subject_token", short_hash(subject));
+            match &acting {
+                Some(a) => out.set_metadata("token_exchange.actor", a),
+                None => out,
+            }
+        };
+        if let Some(why) = actor.as_deref().and_then(|a| credentials::may_act_refused(subject, a)) {
+            tracing::warn!(
+                policy = NAME,
+                sub,
+                actor = acting.as_deref().unwrap_or("-"),
+                "{why}: refused"
+            );
+            metrics::exchange(&cfg.label, "may_act_refused");
+            let deny =
+                Deny::json(403, &error_body("forbidden", "may_act_refused")).reason("token_exchange_may_act_refused");
+            return Ok(audit(RequestOutcome::denied_with(deny), "may_act_refused"));
+        }
         let key = cache_key(&cfg, actor.as_deref(), subject);
         let ask = Ask {
             key,
@@ -698,15 +729,16 @@ impl Policy for TokenExchange {
                 metrics::exchange(&cfg.label, f.code());
                 tracing::debug!(policy = NAME, sub, audience = %cfg.audience.join(","),
                     subject_token = %short_hash(subject), outcome = f.code(), "request denied");
-                return Ok(f.deny());
+                return Ok(audit(f.deny(), f.code()));
             }
         };
         metrics::exchange(&cfg.label, outcome);
         tracing::debug!(policy = NAME, sub, audience = %cfg.audience.join(","),
             subject_token = %short_hash(subject), outcome, "token exchange");
-        let out = RequestOutcome::proceed()
-            .set_metadata(KEY_METADATA, hex::encode(key))
-            .set_metadata("token_exchange", outcome);
+        let out = audit(
+            RequestOutcome::proceed().set_metadata(KEY_METADATA, hex::encode(key)),
+            outcome,
+        );
         Ok(if cfg.header == "authorization" {
             out.set_header("authorization", format!("Bearer {token}"))
         } else {
