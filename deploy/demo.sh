@@ -321,7 +321,7 @@ api "The approver denies it, with a reason and an alternative" \
 expect "deny" '^200$' "$api_status"
 expect "deny" '"state": ?"denied"' "$api_body"
 show_call "The agent retries: refused, with the approver's reason (-32001)" "$path2"
-expect "the denied call" '"code": ?-32001, ?"message": ?"delete_file denied by an approver: q2 reports are kept until the audit"' "$call_out"
+expect "the denied call" '"code": ?-32001, ?"message": ?"delete_file denied: q2 reports are kept until the audit"' "$call_out"
 expect "the denied call" '"reason": ?"approval_denied"' "$call_out"
 
 journal=$RUN/audit/approvals.jsonl
