@@ -198,6 +198,40 @@ for want in 'POST http://127.0.0.1:9600/token.*"status":200' '"tool":"read_data"
   fi
 done
 
+# The caller's token never reaches the upstream (docs/upstream-credentials.md):
+# on /mcp-exchange, tokenExchange (RFC 8693) trades the user's token at the
+# identity provider for one issued for the MCP server. The server (official
+# Python SDK, tests/mcp/credential_server.py) says which token it got and
+# records every authorization header it sees.
+wait_for_port 8096 mcp-exchange-server.log
+user_tok=$(curl -s -X POST http://127.0.0.1:9600/test/token -H 'content-type: application/json' \
+  -d '{"sub": "demo-user", "resource": "http://127.0.0.1:10000/mcp-exchange", "scope": "tools:read"}' |
+  python3 -c 'import json,sys; print(json.load(sys.stdin).get("access_token", ""))')
+printf '\n# %s\n$ .venv/bin/python tests/mcp/mrtr_client.py --url %s/mcp-exchange --header "authorization=Bearer <demo-user'"'"'s token, aud %s>" --steps %q\n' \
+  "An MCP call as demo-user: the server gets a token issued for it, not the caller's" "$ENVOY" \
+  "http://127.0.0.1:10000/mcp-exchange" '[{"op":"call","name":"whoami","args":{}}]'
+ex_out=$(.venv/bin/python tests/mcp/mrtr_client.py --url "$ENVOY/mcp-exchange" --header "authorization=Bearer $user_tok" \
+  --no-progress --steps '[{"op":"call","name":"whoami","args":{}}]' 2>>"$RUN/logs/demo-mcp-exchange-client.log")
+seen=$(printf '%s' "$ex_out" | python3 -c '
+import json, sys
+try:
+    step = json.loads(sys.stdin.read().strip().splitlines()[-1])[0]
+    c = json.loads(step["text"])
+    print("the server saw a token with aud=%s sub=%s iss=%s" % (c.get("aud"), c.get("sub"), c.get("iss")))
+except Exception as e:
+    print("no result: %s" % e)')
+printf '%s\n' "$seen"
+if ! printf '%s' "$seen" | grep -qE '^the server saw a token with aud=https://mcp-upstream.example/ sub=demo-user iss=http://127.0.0.1:9600$'; then
+  echo "   UNEXPECTED: the exchanged token: wanted aud=https://mcp-upstream.example/ sub=demo-user iss=http://127.0.0.1:9600"
+  fail=1
+fi
+if [ -n "$user_tok" ] && grep -qF -- "$user_tok" "$RUN/logs/mcp-exchange-calls.jsonl" 2>/dev/null; then
+  echo "   UNEXPECTED: the caller's token reached the MCP server"
+  fail=1
+else
+  printf 'the caller'"'"'s token in what the server recorded: absent\n'
+fi
+
 # Agent-to-agent delegation (A2A): the official Python SDK client
 # (tests/a2a/client.py) reads the card through Envoy (it shows a reader's
 # skills and names Envoy), delegates to an allowed skill, and is refused

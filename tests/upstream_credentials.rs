@@ -45,6 +45,12 @@ fn routes(iss: &str, up: &str) -> String {
       response_policy_chain:
         - policy: upstreamCredentialOutcome
           params: {{upstream: github, login_issuer: "{iss}"}}
+    - route_name: mcp-key
+      request_policy_chain:
+        - policy: jwtValidation
+          params: {jwt}
+        - policy: upstreamCredential
+          params: {{upstream: notes, source: api_key, login_issuer: "{iss}", login_client_id: gateway-connect, login_client_secret_env: CONNECT_SECRET}}
     - route_name: connect
       request_policy_chain:
         - policy: upstreamConnect
@@ -64,6 +70,7 @@ fn routes(iss: &str, up: &str) -> String {
 
 fn envoy_config(kernel: &Path, upstream: u16) -> String {
     let routes = [
+        envoy::route("mcp-key", "/mcp-key", ", timeout: 30s, prefix_rewrite: \"/mcp\""),
         envoy::route("mcp", "/mcp", ", timeout: 30s"),
         envoy::route("connect", "/connect/", ""),
         envoy::route("connections-page", "/connections/page", ""),
@@ -149,9 +156,14 @@ impl Env {
 
     /// The SDK client calling `whoami` as the bearer of `token`.
     fn client(&self, token: &str, flags: &[&str]) -> Command {
+        self.client_at("/mcp", token, flags)
+    }
+
+    /// [`Env::client`] on `path`.
+    fn client_at(&self, path: &str, token: &str, flags: &[&str]) -> Command {
         let mut cmd = Command::new(python());
         cmd.arg(root().join("tests/mcp/mrtr_client.py"))
-            .args(["--url", &self.s.url("/mcp")])
+            .args(["--url", &self.s.url(path)])
             .args([
                 "--steps",
                 &json!([{"op": "call", "name": "whoami", "args": {}}]).to_string(),
@@ -315,21 +327,37 @@ async fn the_upstream_gets_the_users_own_token_given_with_consent_never_the_call
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let before = e.up.hits("/token").await;
+    // Plain JSON-RPC POSTs (the SDK client's start-up would spread them
+    // over more than the token's life).
     let calls: Vec<_> = (0..20)
-        .map(|_| {
-            let cmd = e.client(&alice, &["--legacy"]);
-            tokio::task::spawn_blocking(move || {
-                let mut cmd = cmd;
-                cmd.output().expect("client")
+        .map(|i| {
+            let (client, url, auth) = (e.s.client.clone(), e.s.url("/mcp"), format!("Bearer {alice}"));
+            tokio::spawn(async move {
+                let body = json!({"jsonrpc": "2.0", "id": i + 1, "method": "tools/call",
+                    "params": {"name": "whoami", "arguments": {}}});
+                let r = client
+                    .post(url)
+                    .header("authorization", auth)
+                    .header("content-type", "application/json")
+                    .header("accept", "application/json, text/event-stream")
+                    .header("mcp-protocol-version", "2025-11-25")
+                    .body(body.to_string())
+                    .send()
+                    .await
+                    .expect("call");
+                r.text().await.unwrap_or_default()
             })
         })
         .collect();
     let mut jtis = std::collections::BTreeSet::new();
     for c in calls {
-        let out = c.await.unwrap();
-        let got = support::mcp_2026::parse(&out.stdout, &out.stderr, &json!([{}]), &e.diag()).remove(0);
-        let seen = e.seen(&got);
-        assert_eq!(seen["sub"], "alice-gh");
+        let body = c.await.unwrap();
+        let v: Value = serde_json::from_str(&body).unwrap_or_else(|_| panic!("{body}\n{}", e.diag()));
+        let text = v["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{body}"));
+        let seen: Value = serde_json::from_str(text).unwrap_or_default();
+        assert_eq!(seen["sub"], "alice-gh", "{body}");
         jtis.insert(seen["jti"].as_str().unwrap_or("").to_string());
     }
     assert_eq!(jtis.len(), 1, "one refreshed token for all: {jtis:?}");
@@ -373,7 +401,32 @@ async fn the_upstream_gets_the_users_own_token_given_with_consent_never_the_call
     // Bob's connection is his own: still there.
     assert_eq!(e.seen(&e.whoami(&bob, &["--legacy"]))["sub"], "bob-gh");
 
-    // 8. On every path, the upstream never saw a caller's token, nor any
+    // 8. An upstream that takes API keys: bob pastes his on the connect
+    //    page, after signing in; his calls then carry it.
+    let key_call = |e: &Env| {
+        let out = e
+            .client_at("/mcp-key", &bob, &["--legacy"])
+            .output()
+            .expect("run the MCP client");
+        support::mcp_2026::parse(&out.stdout, &out.stderr, &json!([{}]), &e.diag()).remove(0)
+    };
+    let url = e.asked(&key_call(&e));
+    let done = e.chromium(json!({"url": url, "login": "bob", "api_key": "sk-bob-notes-123", "timeout_ms": 40000}));
+    assert_eq!(done["status"], 200, "{done}\n{}", e.diag());
+    assert!(
+        done["text"].as_str().unwrap_or("").contains("Connected to notes"),
+        "{done}"
+    );
+    let got = key_call(&e);
+    assert_eq!(e.seen(&got)["token"], "opaque", "{got}");
+    assert!(
+        e.records()
+            .iter()
+            .any(|r| r["authorization"] == "Bearer sk-bob-notes-123"),
+        "the key did not reach the upstream"
+    );
+
+    // 9. On every path, the upstream never saw a caller's token, nor any
     //    token of the identity provider.
     for r in e.records() {
         let a = r["authorization"].as_str().unwrap_or("");
@@ -381,7 +434,7 @@ async fn the_upstream_gets_the_users_own_token_given_with_consent_never_the_call
             !a.contains(&alice) && !a.contains(&bob),
             "a caller's token upstream: {r}"
         );
-        if !a.is_empty() {
+        if !a.is_empty() && a != "Bearer sk-bob-notes-123" {
             assert_eq!(r["claims"]["iss"], e.up.issuer(), "{r}");
             assert_eq!(r["claims"]["aud"], RESOURCE, "{r}");
         }

@@ -27,7 +27,9 @@
 //
 // Prints one JSON line: {"status": HTTP status of the last main-frame
 // document (redirects skipped), "url", "title", "text": document.body.innerText,
-// "steps": [{url, kind: "login"|"consent"|"gateway"|"other"}] (each settled
+// With "api_key": "<key>", the gateway's API key form (input name=api_key)
+// is filled and submitted, once, and the page after it is the end.
+// "steps": [{url, kind: "login"|"consent"|"key"|"gateway"|"other"}] (each settled
 // page, in order), "hops": [{url, status, method}] (every main-frame
 // document response, redirects included: e.g. the gateway's redirect to the
 // authorization server with its redirect_uri, and the callbacks)}.
@@ -159,6 +161,16 @@ async function connect(page) {
       await settle();
       const here = new URL(page.url());
       if (here.origin === start.origin && !PROVIDER_PATH.test(here.pathname)) {
+        // The gateway's API key form (source api_key): filled with
+        // `api_key` when given, then on to the page it answers.
+        const keyForm = page.locator('form:has(input[name="api_key"])');
+        if (opts.api_key !== undefined && (await keyForm.count())) {
+          steps.push({ url: here.href, kind: 'key' });
+          await keyForm.locator('input[name="api_key"]').fill(String(opts.api_key));
+          await submit(keyForm.locator('button[type="submit"], input[type="submit"]').first());
+          opts.api_key = undefined;
+          continue;
+        }
         steps.push({ url: here.href, kind: 'gateway' });
         return await report();
       }
