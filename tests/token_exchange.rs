@@ -19,7 +19,7 @@ const UPSTREAM: &str = "https://upstream.test/";
 const GATEWAY_SECRET_ENV: &str = "IDP_GATEWAY_SECRET";
 
 fn envoy_config(kernel: &std::path::Path, echo: u16) -> String {
-    let routes = [("api", "/api"), ("forbidden", "/forbidden")]
+    let routes = [("api", "/api"), ("forbidden", "/forbidden"), ("short", "/short")]
         .iter()
         .map(|(name, prefix)| {
             format!("              - name: {name}\n                match: {{prefix: \"{prefix}\"}}\n                route: {{cluster: upstream, timeout: 30s}}\n")
@@ -41,10 +41,10 @@ fn envoy_config(kernel: &std::path::Path, echo: u16) -> String {
 
 fn routes(iss: &str) -> String {
     // tokenExchange also in the response chain: an upstream 401 evicts.
-    let chain = |resource: &str| {
+    let chain = |resource: &str, extra: &str| {
         let exchange = format!(
             r#"        - policy: tokenExchange
-          params: {{issuer: "{iss}", client_id: gateway, client_secret_env: {GATEWAY_SECRET_ENV}, resource: ["{resource}"], scope: "tools:read"}}
+          params: {{issuer: "{iss}", client_id: gateway, client_secret_env: {GATEWAY_SECRET_ENV}, resource: ["{resource}"], scope: "tools:read"{extra}}}
 "#
         );
         format!(
@@ -56,9 +56,11 @@ fn routes(iss: &str) -> String {
         )
     };
     format!(
-        "  route_policies:\n    - route_name: api\n{}    - route_name: forbidden\n{}",
-        chain(UPSTREAM),
-        chain("https://forbidden.test/")
+        "  route_policies:\n    - route_name: api\n{}    - route_name: forbidden\n{}    - route_name: short\n{}",
+        chain(UPSTREAM, ""),
+        chain("https://forbidden.test/", ""),
+        // Exchanged tokens kept one second at most.
+        chain("https://short.upstream.test/", ", cache_max_s: \"1\", margin_s: \"0\"")
     )
 }
 
@@ -159,13 +161,52 @@ async fn the_upstream_sees_only_its_own_token() {
     // What the journal and access logs get of an exchange: the audience,
     // the outcome and a short hash of the subject token, never a token.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !stack.envoy.log().contains("\"token_exchange.audience\":\"https://upstream.test/\"") {
+    while !stack
+        .envoy
+        .log()
+        .contains("\"token_exchange.audience\":\"https://upstream.test/\"")
+    {
         assert!(std::time::Instant::now() < deadline, "{}", diag(&idp));
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     let log = stack.envoy.log();
     assert!(log.contains("\"token_exchange.subject_token\":\""), "{log}");
-    assert!(!log.contains(&caller) && !log.contains(&second), "a token in the access log");
+    assert!(
+        !log.contains(&caller) && !log.contains(&second),
+        "a token in the access log"
+    );
+
+    // The provider refuses the subject's grant: 401 with a challenge, the
+    // upstream not called.
+    let revoked = idp.user_token("revoked-user", API, "tools:read").await;
+    let got = get("/api/x", &revoked).await;
+    assert_eq!(got.status, 401, "{}\n{}", got.body, diag(&idp));
+    assert_eq!(got.json()["reason"], json!("invalid_grant"), "{}", got.body);
+    assert!(
+        got.header("www-authenticate")
+            .is_some_and(|w| w.contains("invalid_token")),
+        "{:?}",
+        got.header("www-authenticate")
+    );
+    assert!(!got.body.contains(&revoked) && got.echoed_header("authorization").is_none());
+
+    // An expired entry (kept one second on /short) makes a new exchange.
+    let before = idp.hits("/token").await;
+    assert_eq!(get("/short/a", &caller).await.status, 200);
+    assert_eq!(idp.hits("/token").await, before + 1);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        assert_eq!(get("/short/b", &caller).await.status, 200);
+        if idp.hits("/token").await == before + 2 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the entry never expired\n{}",
+            diag(&idp)
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
 
     // The provider refuses the target: 403, the upstream not called.
     let got = get("/forbidden/x", &caller).await;

@@ -15,7 +15,8 @@
 // subject token must be one of this provider's JWT access tokens (verified
 // against its keys); the answer is a JWT access token for `resource` (its
 // `aud`), `sub` the subject's, `client_id` the gateway. A resource under
-// https://forbidden.test/ is refused with invalid_target.
+// https://forbidden.test/ is refused with invalid_target; a subject whose `sub`
+// is `revoked-user` is refused with invalid_grant (as for a revoked grant).
 //
 // Signing keys live in FILE (a private JWK set), created on first start and
 // read on every start, so a restart keeps them. Test-only endpoints:
@@ -280,6 +281,9 @@ async function exchange(provider, ctx) {
     throw new errors.InvalidTarget('exactly one resource');
   }
   const [resource] = resources;
+  if (subject.sub === 'revoked-user') {
+    throw new errors.InvalidGrant('the subject\'s grant was revoked');
+  }
   if (resource.startsWith('https://forbidden.test/')) {
     throw new errors.InvalidTarget('not for this resource');
   }
