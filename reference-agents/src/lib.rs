@@ -30,6 +30,10 @@
 //! * [`planner`]: `planCritic`, `planCriticStream`, `untrustedInput`
 //!   (`planner-agent`): planned tool calls of completions, checked with the
 //!   tool agent's rules and argument guards; untrusted prompt text fenced off.
+//! * [`credentials`]: `upstreamCredential`, `upstreamCredentialOutcome`,
+//!   `upstreamConnect`, `upstreamConnections` (`tool-agent`): the user's own
+//!   upstream credential instead of the caller's token, given with consent
+//!   on the connect page, sealed at rest, refreshed, evicted, revoked.
 //! * [`approvals`]: `approvals` (`tool-agent`, `planner-agent`): the API and
 //!   page where people decide the calls that `approve` rules hold, the
 //!   pending requests and grants those rules check (bound to the exact call,
@@ -57,6 +61,8 @@
 //!   documents read as the model reads them; any other JSON whole), for the
 //!   guardrails and token estimates.
 //! * [`param_cache`]: parsed params kept per distinct raw value.
+//! * [`pages`]: the pages agents serve themselves (approvals, connect,
+//!   connections): one set of security headers, HTML escaping.
 //! * [`sessions`]: state kept across requests (planner sessions, MCP
 //!   server requests, A2A task owners), in memory or in Redis.
 //!
