@@ -378,13 +378,13 @@ async fn the_upstream_gets_the_users_own_token_given_with_consent_never_the_call
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
-    // 6. The upstream answers 401: the credential is evicted, and the
-    //    next call asks again.
-    let got = e.whoami(&alice, &["--legacy"]);
-    let jti = e.seen(&got)["jti"].as_str().unwrap_or("").to_string();
-    std::fs::write(e.dir.join("reject"), format!("{jti}\n")).unwrap();
+    // 6. The upstream answers 401 (it refuses alice-gh's tokens): the
+    //    credential is evicted, and the next call asks again.
+    std::fs::write(e.dir.join("reject"), "alice-gh\n").unwrap();
     let got = e.whoami(&alice, &["--legacy"]);
     assert!(got["text"].is_null(), "the refused token passed: {got}");
+    assert_eq!(got["status"], 403, "{got}");
+    std::fs::remove_file(e.dir.join("reject")).unwrap();
     let got = e.whoami(&alice, &["--legacy"]);
     let url = e.asked(&got);
     let done = e.connect(&url, "alice", "alice-gh");
@@ -426,7 +426,55 @@ async fn the_upstream_gets_the_users_own_token_given_with_consent_never_the_call
         "the key did not reach the upstream"
     );
 
-    // 9. On every path, the upstream never saw a caller's token, nor any
+    // 9. Not JSON-RPC: 403 with the connect URL, the upstream not called.
+    //    A sign-in's callback without the browser's cookie is refused
+    //    (CSRF), even with the flow's own state.
+    let carol = e.idp.user_token("carol", API, "tools:read").await;
+    let plain =
+        e.s.client
+            .get(e.s.url("/mcp-key/report"))
+            .header("authorization", format!("Bearer {carol}"))
+            .send()
+            .await
+            .expect("get");
+    assert_eq!(plain.status().as_u16(), 403);
+    let v: Value = plain.json().await.unwrap_or_default();
+    assert_eq!(v["reason"], "upstream_credential_required", "{v}");
+    let link = v["connect_url"].as_str().unwrap_or_else(|| panic!("{v}")).to_string();
+    let no_redirects = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let opened = no_redirects.get(&link).send().await.expect("open the link");
+    assert_eq!(opened.status().as_u16(), 302);
+    assert!(
+        opened
+            .headers()
+            .get("set-cookie")
+            .and_then(|c| c.to_str().ok())
+            .is_some_and(|c| c.contains("HttpOnly") && c.contains("SameSite=Lax")),
+        "{:?}",
+        opened.headers()
+    );
+    let to = opened.headers()["location"].to_str().unwrap_or("").to_string();
+    assert!(to.starts_with(&e.idp.issuer()), "{to}");
+    let state = reqwest::Url::parse(&to)
+        .ok()
+        .and_then(|u| u.query_pairs().find(|(k, _)| k == "state").map(|(_, v)| v.to_string()))
+        .unwrap_or_else(|| panic!("{to}"));
+    let forged = no_redirects
+        .get(e.s.url(&format!("/connect/callback?code=stolen&state={state}")))
+        .send()
+        .await
+        .expect("callback");
+    assert_eq!(forged.status().as_u16(), 403);
+    assert!(forged
+        .text()
+        .await
+        .unwrap_or_default()
+        .contains("did not start in this browser"));
+
+    // 10. On every path, the upstream never saw a caller's token, nor any
     //    token of the identity provider.
     for r in e.records() {
         let a = r["authorization"].as_str().unwrap_or("");

@@ -26,7 +26,7 @@ line to FILE before the SDK sees it:
    "http_method": "POST", "rejected": false}
 
 --reject-file FILE: when FILE exists and one of its lines (stripped) equals
-the bearer token's `jti` claim, the request is answered HTTP 401 with
+the bearer token's `jti` or `sub` claim, the request is answered HTTP 401 with
 `WWW-Authenticate: Bearer error="invalid_token"` and a JSON body
 {"error": "invalid_token"}, and never reaches the SDK (the upstream revoked
 that token). FILE is read on every request, so a test can add a jti at any
@@ -112,11 +112,12 @@ class RecordAndReject:
         self.reject_file = reject_file
 
     def rejected(self, claims: dict[str, Any] | None) -> bool:
-        if not self.reject_file or not claims or not isinstance(claims.get("jti"), str):
+        if not self.reject_file or not claims:
             return False
+        names = {claims.get(k) for k in ("jti", "sub") if isinstance(claims.get(k), str)}
         try:
             with open(self.reject_file) as f:
-                return any(line.strip() == claims["jti"] for line in f)
+                return any(line.strip() in names for line in f)
         except FileNotFoundError:
             return False
 
@@ -189,7 +190,7 @@ def main() -> None:
     where.add_argument("--port", type=int)
     parser.add_argument("--json", action="store_true", help="application/json replies (default: SSE)")
     parser.add_argument("--record", help="append one JSON line per HTTP request to /mcp to this file")
-    parser.add_argument("--reject-file", help="answer 401 invalid_token to tokens whose jti is a line of this file")
+    parser.add_argument("--reject-file", help="answer 401 invalid_token to tokens whose jti or sub is a line of this file")
     args = parser.parse_args()
     app = server.streamable_http_app(
         json_response=args.json,
