@@ -1,7 +1,10 @@
 //! `make eval-guard`: the guardrail evaluation harness's figures.
 //!
-//! `cargo run -p reference-agents --example eval_guard -- [--split train|test|all] [--verbose]`
+//! `cargo run -p reference-agents --example eval_guard -- [--split train|test|all] [--verbose] [--response-only]`
 //! (default: the test split). `--verbose` lists false positives and misses.
+//! The response side (tool output, `tool-output.jsonl`; tool definitions,
+//! `tools-lists.jsonl` and `poisoned-tools.jsonl`) is printed after the
+//! request side; `--response-only` prints it alone.
 
 #[path = "../tests/guard_eval/harness.rs"]
 #[allow(dead_code)]
@@ -15,6 +18,10 @@ fn main() {
         None => Some("test".to_string()),
     };
     let verbose = args.iter().any(|a| a == "--verbose");
+    if args.iter().any(|a| a == "--response-only") {
+        response::report(split.as_deref(), verbose);
+        return;
+    }
     println!(
         "corpus: {} (split: {})",
         harness::corpus_dir().display(),
@@ -52,6 +59,223 @@ fn main() {
     if verbose {
         for m in &pii.misses {
             println!("  {m}");
+        }
+    }
+    response::report(split.as_deref(), verbose);
+}
+
+/// The response side: tool output and tool definitions.
+mod response {
+    use std::collections::BTreeMap;
+
+    use reference_agents::guardrail::learned::Model;
+    use reference_agents::guardrail::{poisoning, windows, Detector, Family, Weights};
+    use serde_json::Value;
+
+    use super::harness;
+
+    struct Row {
+        text: String,
+        attack: bool,
+        source: String,
+        family: String,
+        split: String,
+    }
+
+    fn read(name: &str) -> Vec<Value> {
+        let path = harness::corpus_dir().join(name);
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        text.lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{name}: {e}")))
+            .collect()
+    }
+
+    fn rows() -> Vec<Row> {
+        let mut out: Vec<Row> = read("tool-output.jsonl")
+            .into_iter()
+            .map(|v| Row {
+                text: v["text"].as_str().unwrap_or_default().to_string(),
+                attack: v["attack"].as_bool().unwrap_or(false),
+                source: v["source"].as_str().unwrap_or_default().to_string(),
+                family: v["family"].as_str().unwrap_or_default().to_string(),
+                split: v["split"].as_str().unwrap_or_default().to_string(),
+            })
+            .collect();
+        // Long documentation prose, read as web pages a tool fetched.
+        for r in harness::learned::injection_rows() {
+            if r.source == "python_docs" {
+                out.push(Row {
+                    text: r.text,
+                    attack: false,
+                    source: "python_docs (web pages)".into(),
+                    family: "benign".into(),
+                    split: r.split,
+                });
+            }
+        }
+        out
+    }
+
+    /// The request corpus's source a response source was drawn from (left
+    /// out of training for leave-one-source-out).
+    fn request_source(source: &str) -> Option<&'static str> {
+        match source.split('/').next() {
+            Some("agentdojo") => Some("agentdojo"),
+            Some("spikee") => Some("spikee"),
+            Some(s) if s.starts_with("python_docs") => Some("python_docs"),
+            _ => None,
+        }
+    }
+
+    #[derive(Default, Clone, Copy)]
+    struct Count {
+        hit: usize,
+        total: usize,
+    }
+
+    impl Count {
+        fn add(&mut self, hit: bool) {
+            self.total += 1;
+            self.hit += usize::from(hit);
+        }
+    }
+
+    impl std::fmt::Display for Count {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            let pct = if self.total == 0 {
+                0.0
+            } else {
+                100.0 * self.hit as f64 / self.total as f64
+            };
+            write!(f, "{}/{} ({pct:.1}%)", self.hit, self.total)
+        }
+    }
+
+    /// Per (source, family): [patterns only, shipped model, leave-one-source-out].
+    type Table = BTreeMap<(String, String), [Count; 3]>;
+
+    pub fn report(split: Option<&str>, verbose: bool) {
+        let detector = Detector::shared().expect("the detector compiles");
+        let all = rows();
+        let picked: Vec<&Row> = all.iter().filter(|r| split.is_none_or(|s| r.split == s)).collect();
+        let request_rows = harness::learned::injection_rows();
+        let mut held_out: BTreeMap<&str, Model> = BTreeMap::new();
+        for src in ["agentdojo", "spikee", "python_docs"] {
+            held_out.insert(
+                src,
+                harness::learned::train_on(request_rows.iter().filter(|r| r.source != src)),
+            );
+        }
+        let every = harness::learned::train_on(request_rows.iter());
+        let mut patterns_only = Weights::default();
+        patterns_only.set(Family::Learned, 0.0);
+        let default = Weights::default();
+        let mut table: Table = BTreeMap::new();
+        let mut misses = Vec::new();
+        let mut fps = Vec::new();
+        for r in &picked {
+            let model = request_source(&r.source)
+                .and_then(|s| held_out.get(s))
+                .unwrap_or(&every);
+            let p = windows::assess(detector, &r.text, &patterns_only, true).score >= 0.5;
+            let shipped = windows::assess(detector, &r.text, &default, true);
+            let held = windows::assess_with(detector, &r.text, &default, true, Some(model)).score >= 0.5;
+            let key = (
+                r.source.clone(),
+                if r.attack { r.family.clone() } else { "benign".into() },
+            );
+            let e = table.entry(key).or_default();
+            e[0].add(p);
+            e[1].add(shipped.score >= 0.5);
+            e[2].add(held);
+            let short: String = r.text.chars().take(160).collect::<String>().replace('\n', " ");
+            if r.attack && !held {
+                misses.push(format!(
+                    "  miss {} [{}] {:.2} {short}",
+                    r.source, r.family, shipped.score
+                ));
+            }
+            if !r.attack && (held || p) {
+                let pv = windows::assess(detector, &r.text, &patterns_only, true);
+                let excerpts: Vec<String> = pv
+                    .families
+                    .iter()
+                    .flat_map(|f| {
+                        f.spans.iter().map(move |(s, e)| {
+                            let t = r.text.get(*s as usize..*e as usize).unwrap_or("");
+                            format!("{}: {:?}", f.family.as_str(), t.chars().take(80).collect::<String>())
+                        })
+                    })
+                    .collect();
+                fps.push(format!(
+                    "  fp {} {} shipped {:.2} patterns {:.2} {excerpts:?} {short}",
+                    r.source,
+                    if p { "(patterns)" } else { "(model)" },
+                    shipped.score,
+                    pv.score
+                ));
+            }
+        }
+        println!(
+            "\ntool output ({} split; attacks: caught; benign: blocked), threshold 0.5, windowed:",
+            split.unwrap_or("every")
+        );
+        println!("| source | family | n | patterns only | patterns + shipped model | patterns + model without the source (leave-one-source-out) |");
+        println!("|---|---|---|---|---|---|");
+        let mut totals = [[Count::default(); 3]; 2];
+        for ((source, family), c) in &table {
+            println!(
+                "| {source} | {family} | {} | {} | {} | {} |",
+                c[0].total, c[0], c[1], c[2]
+            );
+            let k = usize::from(family != "benign");
+            for i in 0..3 {
+                totals[k][i].hit += c[i].hit;
+                totals[k][i].total += c[i].total;
+            }
+        }
+        for (k, name) in [(1, "all attacks"), (0, "all benign")] {
+            let c = totals[k];
+            println!("| **{name}** | | {} | {} | {} | {} |", c[0].total, c[0], c[1], c[2]);
+        }
+        if verbose {
+            misses.iter().chain(&fps).for_each(|l| println!("{l}"));
+        }
+        tool_definitions(verbose);
+    }
+
+    /// Tool definitions: the reference servers' lists (benign) and
+    /// poisoned tools.
+    fn tool_definitions(verbose: bool) {
+        let weights = Weights::default();
+        println!("\ntool definitions (tools/list), threshold 0.5: poisoned tools flagged");
+        println!("| source | version | licence | tools | flagged |");
+        println!("|---|---|---|---|---|");
+        for file in ["tools-lists.jsonl", "poisoned-tools.jsonl"] {
+            for row in read(file) {
+                let tools = row["tools"].as_array().cloned().unwrap_or_default();
+                let mut flagged = Vec::new();
+                for t in &tools {
+                    let v = poisoning::score_tool(t, &weights).expect("patterns compile");
+                    if v.score >= 0.5 {
+                        flagged.push(format!("{} {:.2} {:?}", v.name, v.score, v.categories));
+                    } else if verbose && file.starts_with("poisoned") {
+                        println!("  missed {} {:.2} {:?}", v.name, v.score, v.categories);
+                    }
+                }
+                println!(
+                    "| {} | {} | {} | {} | {} |",
+                    row["source"].as_str().unwrap_or_default(),
+                    row["version"].as_str().unwrap_or_default(),
+                    row["licence"].as_str().unwrap_or_default(),
+                    tools.len(),
+                    flagged.len()
+                );
+                if verbose {
+                    flagged.iter().for_each(|f| println!("  {f}"));
+                }
+            }
         }
     }
 }

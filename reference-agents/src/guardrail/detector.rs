@@ -44,13 +44,29 @@ pub enum Family {
     SqlInjection,
     /// Shell command injection in the prompt.
     CommandInjection,
+    /// Tool output only: instructions addressed to the assistant from
+    /// inside data ("message to the AI", "before you answer the task",
+    /// `<INFORMATION>` wrappers, "TODO:" followed by an action).
+    AddressedInstructions,
+    /// Tool output only: taking over the task the data was fetched for
+    /// ("ignore the rest of this data", "if the user asks for a summary,
+    /// reply only with", a fake end of session and a new turn).
+    TaskTakeover,
+    /// Tool output only: actions aimed at the agent's tools (send, e-mail,
+    /// transfer, delete, forward the user's things to a party).
+    ToolAction,
+    /// Tool output only: data carried out in a markdown image's or link's URL.
+    MarkdownExfiltration,
+    /// Tool output only: attack keywords with a one-letter typo
+    /// ("iunstructions", "previus"), read as the keyword.
+    MisspelledKeywords,
     /// The learned detector's verdict on the whole text (see [`learned`](super::learned)).
     Learned,
 }
 
 impl Family {
     /// Every family, in verdict order.
-    pub const ALL: [Family; 9] = [
+    pub const ALL: [Family; 14] = [
         Family::InstructionOverride,
         Family::PersonaSwitch,
         Family::RefusalSuppression,
@@ -59,6 +75,11 @@ impl Family {
         Family::PayloadSmuggling,
         Family::SqlInjection,
         Family::CommandInjection,
+        Family::AddressedInstructions,
+        Family::TaskTakeover,
+        Family::ToolAction,
+        Family::MarkdownExfiltration,
+        Family::MisspelledKeywords,
         Family::Learned,
     ];
 
@@ -73,6 +94,11 @@ impl Family {
             Family::PayloadSmuggling => "payload_smuggling",
             Family::SqlInjection => "sql_injection",
             Family::CommandInjection => "command_injection",
+            Family::AddressedInstructions => "addressed_instructions",
+            Family::TaskTakeover => "task_takeover",
+            Family::ToolAction => "tool_action",
+            Family::MarkdownExfiltration => "markdown_exfiltration",
+            Family::MisspelledKeywords => "misspelled_keywords",
             Family::Learned => "learned",
         }
     }
@@ -285,11 +311,14 @@ impl Verdict {
 
 /// Per-family weights (1.0 unless configured).
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Weights(pub [f64; 9]);
+pub struct Weights(pub [f64; FAMILIES]);
+
+/// How many families there are.
+pub const FAMILIES: usize = Family::ALL.len();
 
 impl Default for Weights {
     fn default() -> Self {
-        Weights([1.0; 9])
+        Weights([1.0; FAMILIES])
     }
 }
 
@@ -310,6 +339,9 @@ impl Weights {
 pub struct Detector {
     set: RegexSet,
     each: Vec<(Family, f64, Regex)>,
+    /// Tool output's own families (see [`indirect_patterns`](super::indirect_patterns)).
+    tool_set: RegexSet,
+    tool_each: Vec<(Family, f64, Regex)>,
     learned: &'static Model,
 }
 
@@ -331,7 +363,22 @@ impl Detector {
             .into_iter()
             .map(|(f, s, p)| Regex::new(&p).map(|r| (f, s, r)))
             .collect::<Result<_, _>>()?;
-        Ok(Detector { set, each, learned })
+        let tool = super::indirect_patterns::patterns();
+        let tool_set = RegexSetBuilder::new(tool.iter().map(|(_, _, p)| p))
+            .size_limit(64 << 20)
+            .dfa_size_limit(32 << 20)
+            .build()?;
+        let tool_each = tool
+            .into_iter()
+            .map(|(f, s, p)| Regex::new(&p).map(|r| (f, s, r)))
+            .collect::<Result<_, _>>()?;
+        Ok(Detector {
+            set,
+            each,
+            tool_set,
+            tool_each,
+            learned,
+        })
     }
 
     /// The shared detector.
@@ -347,10 +394,71 @@ impl Detector {
     /// Scores `text` with `weights` and another learned model (to evaluate
     /// one trained without part of the corpus).
     pub fn assess_with(&self, text: &str, weights: &Weights, learned: &Model) -> Verdict {
-        self.assess_normalized(&normalize(text), weights, learned)
+        self.assess_normalized(&normalize(text), weights, learned, false)
     }
 
-    fn assess_normalized(&self, n: &Normalized, weights: &Weights, learned: &Model) -> Verdict {
+    /// Scores tool output (a response's text, or one window of it): the
+    /// request's families, tool output's own, and keywords with one-letter
+    /// typos read as the keyword.
+    pub fn assess_tool_output(&self, text: &str, weights: &Weights) -> Verdict {
+        self.assess_tool_output_with(text, weights, self.learned)
+    }
+
+    /// Where in `text` tool output's patterns match (input byte offsets of
+    /// match starts, at most 64 per pattern): a pattern of either set (not
+    /// the SQL and command families, which do not score tool output), the
+    /// extraction concept, a misspelled keyword. A cheap pass over the whole
+    /// text before it is scored window by window: a window with none of
+    /// these cannot score, since on tool output the learned model only adds
+    /// to a pattern's match.
+    pub fn tool_output_hits(&self, text: &str) -> Vec<u32> {
+        let n = normalize(text);
+        let mut at = Vec::new();
+        let sets = [(&self.set, &self.each), (&self.tool_set, &self.tool_each)];
+        for (set, each) in sets {
+            for i in set.matches(&n.text).iter() {
+                let (family, _, re) = &each[i];
+                if matches!(family, SqlInjection | CommandInjection) {
+                    continue;
+                }
+                at.extend(
+                    re.find_iter(&n.text)
+                        .take(64)
+                        .map(|m| n.source_span(m.start(), m.end()).0),
+                );
+            }
+        }
+        if let Some((_, typos)) = super::typos::correct(&n) {
+            at.extend(typos.iter().map(|s| s.0));
+        }
+        if let Some(clause) = extraction::find(&n.text[..n.decoded_from.unwrap_or(n.text.len())]) {
+            at.push(n.source_span(clause.start, clause.end).0);
+        }
+        at
+    }
+
+    /// [`assess_tool_output`](Self::assess_tool_output) with another learned model.
+    pub fn assess_tool_output_with(&self, text: &str, weights: &Weights, learned: &Model) -> Verdict {
+        let n = normalize(text);
+        let Some((fixed, typos)) = super::typos::correct(&n) else {
+            return self.assess_normalized(&n, weights, learned, true);
+        };
+        let mut v = self.assess_normalized(&fixed, weights, learned, true);
+        let w = weights.get(MisspelledKeywords);
+        if w > 0.0 {
+            let score = (super::typos::STRENGTH * typos.len() as f64).min(1.0);
+            v.score += w * score;
+            v.families.push(FamilyScore {
+                family: MisspelledKeywords,
+                score,
+                spans: typos,
+            });
+            v.families.sort_by_key(|f| f.family);
+        }
+        v
+    }
+
+    fn assess_normalized(&self, n: &Normalized, weights: &Weights, learned: &Model, tool_output: bool) -> Verdict {
         // The model reads the whole folded text; a weight of 0 skips it.
         let learned_score = if weights.get(Learned) > 0.0 {
             learned::family_score(learned.probability(&n.text))
@@ -358,17 +466,22 @@ impl Detector {
             0.0
         };
         let matched = self.set.matches(&n.text);
+        let tool_matched = tool_output.then(|| self.tool_set.matches(&n.text));
         let plain = &n.text[..n.decoded_from.unwrap_or(n.text.len())];
         let concept = extraction::find(plain);
-        if !matched.matched_any() && learned_score == 0.0 && concept.is_none() {
+        if !matched.matched_any()
+            && !tool_matched.as_ref().is_some_and(|m| m.matched_any())
+            && learned_score == 0.0
+            && concept.is_none()
+        {
             return Verdict::default();
         }
         let asks = asks_about(plain);
         // A one-line question naming a chat-template token asks about it.
         let short_question = plain.len() <= 200 && !plain.trim().contains('\n') && plain.trim_end().ends_with('?');
-        let mut scores = [0.0f64; 9];
-        let mut spans: [Vec<(u32, u32)>; 9] = Default::default();
-        if learned_score > 0.0 {
+        let mut scores = [0.0f64; FAMILIES];
+        let mut spans: [Vec<(u32, u32)>; FAMILIES] = Default::default();
+        if learned_score > 0.0 && !tool_output {
             scores[Learned.index()] = learned_score;
             spans[Learned.index()].push(n.source_span(0, plain.len()));
         }
@@ -377,8 +490,16 @@ impl Detector {
             scores[k] += extraction::STRENGTH;
             spans[k].push(n.source_span(clause.start, clause.end));
         }
-        for i in matched.iter() {
-            let (family, strength, re) = &self.each[i];
+        let hits = matched
+            .iter()
+            .map(|i| &self.each[i])
+            .chain(tool_matched.iter().flat_map(|m| m.iter()).map(|i| &self.tool_each[i]));
+        for (family, strength, re) in hits {
+            // SQL and shell text in tool output is data (documentation,
+            // logs, code), not an instruction to the model.
+            if tool_output && matches!(family, SqlInjection | CommandInjection) {
+                continue;
+            }
             let Some(m) = re.find(&n.text) else { continue };
             let k = family.index();
             // Quoted in a question about it ("what does 'DAN' mean?"):
@@ -393,6 +514,22 @@ impl Detector {
                 let s = PayloadSmuggling.index();
                 scores[s] += strength;
                 spans[s].push(n.source_span(m.start(), m.end()));
+            }
+        }
+        // On tool output the model only adds to a family that means an
+        // instruction to the model: on documents it never saw it reads
+        // topics, not attacks, and the persona and refusal families' weak
+        // patterns fire on ordinary prose.
+        if learned_score > 0.0 && tool_output {
+            let corroborated = Family::ALL.iter().any(|f| {
+                !matches!(
+                    f,
+                    PersonaSwitch | RefusalSuppression | SqlInjection | CommandInjection | Learned
+                ) && scores[f.index()] > 0.0
+            });
+            if corroborated {
+                scores[Learned.index()] = learned_score;
+                spans[Learned.index()].push(n.source_span(0, plain.len()));
             }
         }
         let mut verdict = Verdict::default();

@@ -12,8 +12,12 @@
 //!
 //! In a response chain it scans what the upstream sends back to the model
 //! (indirect injection: MCP tool results in JSON or SSE, completions, HTML,
-//! text; see [`indirect`](super::indirect)), with `response_risk_*`
-//! metadata. `flag` sets `x-prompt-risk` on the response; `block` replaces a
+//! text; see [`indirect`](super::indirect)) as tool output: in windows
+//! ([`windows`](super::windows)) and with tool output's own families
+//! ([`indirect_patterns`](super::indirect_patterns)); an MCP `tools/list`
+//! result is checked tool by tool for poisoning
+//! ([`poisoning`](super::poisoning), [`response`](super::response)). With
+//! `response_risk_*` metadata. `flag` sets `x-prompt-risk` on the response; `block` replaces a
 //! JSON-RPC (MCP) response with a JSON-RPC error (`jsonrpc_error_code`) for
 //! each of its ids, and answers any other response with `response_status`.
 //!
@@ -24,7 +28,6 @@
 //! and read whole, as above.
 
 use super::detector::{Detector, Family, Verdict, Weights};
-use super::indirect::{self, Kind};
 use crate::text;
 use policy_agents::{
     describe, ChunkContext, ChunkOutcome, FromParams, ParamError, Params, Policy, PolicyError, RequestContext,
@@ -42,13 +45,18 @@ pub(super) enum Action {
 const MAX_SPANS: usize = 16;
 
 /// The params: `threshold`, `action`, `phases`, `response_status`,
-/// `jsonrpc_error_code` and one `weight_<family>` per family.
-pub const PARAMS: [&str; 14] = [
+/// `jsonrpc_error_code`, `poisoned_tools` (`remove` or `refuse`: what a
+/// poisoned tool in a `tools/list` result does), `response_windows` (`true`:
+/// a response's text scores as its worst window) and one `weight_<family>`
+/// per family.
+pub const PARAMS: [&str; 21] = [
     "threshold",
     "action",
     "phases",
     "response_status",
     "jsonrpc_error_code",
+    "poisoned_tools",
+    "response_windows",
     "weight_instruction_override",
     "weight_persona_switch",
     "weight_refusal_suppression",
@@ -57,6 +65,11 @@ pub const PARAMS: [&str; 14] = [
     "weight_payload_smuggling",
     "weight_sql_injection",
     "weight_command_injection",
+    "weight_addressed_instructions",
+    "weight_task_takeover",
+    "weight_tool_action",
+    "weight_markdown_exfiltration",
+    "weight_misspelled_keywords",
     "weight_learned",
 ];
 
@@ -68,8 +81,19 @@ pub struct GuardParams {
     pub(super) weights: Weights,
     request: bool,
     pub(super) response: bool,
-    response_status: u16,
+    pub(super) response_status: u16,
     pub(super) jsonrpc_error_code: i64,
+    pub(super) poisoned_tools: PoisonedTools,
+    pub(super) windowed: bool,
+}
+
+/// What a poisoned tool in a `tools/list` result does (with `action: block`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum PoisonedTools {
+    /// The list passes without it.
+    Remove,
+    /// The whole list is answered with a JSON-RPC error.
+    Refuse,
 }
 
 impl FromParams for GuardParams {
@@ -111,7 +135,21 @@ impl FromParams for GuardParams {
             ));
         }
         let jsonrpc_error_code: i64 = p.parse_or("jsonrpc_error_code", -32001)?;
+        let poisoned_tools = match p.get("poisoned_tools").map(str::trim).unwrap_or("remove") {
+            "remove" => PoisonedTools::Remove,
+            "refuse" => PoisonedTools::Refuse,
+            other => {
+                return Err(ParamError::invalid(
+                    "poisoned_tools",
+                    other,
+                    "expected remove or refuse",
+                ))
+            }
+        };
+        let windowed: bool = p.parse_or("response_windows", true)?;
         Ok(GuardParams {
+            poisoned_tools,
+            windowed,
             threshold,
             action,
             weights,
@@ -140,7 +178,7 @@ pub(super) fn spans(verdict: &Verdict) -> String {
     out.join(",")
 }
 
-fn round(x: f64) -> f64 {
+pub(super) fn round(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }
 
@@ -173,45 +211,7 @@ impl Policy for PromptInjectionGuard {
                 "cannot inspect a {enc}-encoded response body"
             )));
         }
-        let found = indirect::extract(ctx.response.header("content-type"), body);
-        let verdict = Detector::shared()?.assess(&found.text, &params.weights);
-        if verdict.score == 0.0 {
-            return Ok(ResponseOutcome::proceed());
-        }
-        let score = format!("{:.2}", verdict.score);
-        let with_metadata = |o: ResponseOutcome| {
-            o.set_metadata("response_risk_score", score.clone())
-                .set_metadata("response_risk_categories", verdict.categories().join(","))
-                .set_metadata("response_risk_spans", spans(&verdict))
-        };
-        if verdict.score < params.threshold {
-            return Ok(with_metadata(ResponseOutcome::proceed()));
-        }
-        Ok(match (params.action, found.kind) {
-            (Action::Flag, _) => with_metadata(ResponseOutcome::proceed().set_header("x-prompt-risk", &score)),
-            (Action::Block, Kind::JsonRpc { ids, sse }) => {
-                let body = indirect::jsonrpc_block_body(
-                    &ids,
-                    sse,
-                    params.jsonrpc_error_code,
-                    &verdict.categories(),
-                    round(verdict.score),
-                );
-                let content_type = if sse { "text/event-stream" } else { "application/json" };
-                with_metadata(ResponseOutcome::proceed().set_body_with_type(body, content_type))
-                    .set_metadata("response_blocked", "prompt_injection_detected")
-            }
-            (Action::Block, Kind::Other) => {
-                let body = serde_json::json!({
-                    "error": "bad_gateway",
-                    "reason": "prompt_injection_in_response",
-                    "categories": verdict.categories(),
-                    "risk_score": round(verdict.score),
-                });
-                with_metadata(ResponseOutcome::deny_json(params.response_status, &body))
-                    .deny_reason("prompt_injection_in_response")
-            }
-        })
+        super::response::on_response(params, ctx, body)
     }
 
     async fn on_request(&self, params: &GuardParams, ctx: &RequestContext<'_>) -> Result<RequestOutcome, PolicyError> {
@@ -390,7 +390,7 @@ mod tests {
         assert!(out.header_set("x-prompt-risk").is_some());
         assert_eq!(
             out.metadata_value("response_risk_categories"),
-            Some("instruction_override,learned")
+            Some("instruction_override,tool_action,learned")
         );
         let block = TestCall::new().params(&[("response_status", "451")]);
         let out = block.response(&PromptInjectionGuard, &req, &html).await.unwrap();

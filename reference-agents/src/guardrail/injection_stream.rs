@@ -21,6 +21,11 @@
 //!   (reason `prompt_injection_in_response`) before the event that crossed
 //!   the threshold.
 //!
+//! * a `tools/list` result is checked tool by tool for poisoning, as in a
+//!   buffered reply (see [`response`](super::response)): the event is
+//!   rewritten without the poisoned tools, or replaced by the JSON-RPC
+//!   error (`poisoned_tools: refuse`).
+//!
 //! `action: flag` cannot set `x-prompt-risk` once the headers have gone: it
 //! sets the `response_risk_*` metadata only.
 
@@ -31,6 +36,7 @@ use serde_json::Value;
 use super::detector::{Detector, Verdict};
 use super::indirect;
 use super::injection::{Action, GuardParams};
+use super::poisoning;
 use crate::tool::events::{self, EventMessage};
 use policy_agents::stream::sse;
 use policy_agents::{ChunkContext, ChunkOutcome, Framing, PolicyError};
@@ -92,11 +98,29 @@ pub(super) fn on_chunk(params: &GuardParams, ctx: &ChunkContext<'_>) -> Result<C
     let mut out: Vec<Bytes> = Vec::with_capacity(ctx.events.len());
     let mut changed = false;
     let mut worst: Option<Verdict> = None;
+    let mut tool_metadata: Vec<(&'static str, String)> = Vec::new();
+    let mut changed_lists = false;
     let state = |st: &State| serde_json::to_vec(st).map_err(|e| PolicyError::new(format!("stream state: {e}")));
     for ev in ctx.events {
         let (text, doc) = match events::read(ev) {
             EventMessage::None => {
                 out.push(ev.clone());
+                continue;
+            }
+            EventMessage::Message(doc) if poisoning::tools_of(&doc).is_some() => {
+                // A tools/list result: its tools are checked one by one.
+                let data = sse::data(ev).unwrap_or_default();
+                let lists = super::response::tool_lists(params, Some("application/json"), &data)?;
+                for (k, v) in lists.metadata() {
+                    tool_metadata.push((k, v));
+                }
+                match &lists.body {
+                    Some(new) => {
+                        changed_lists = true;
+                        out.push(sse::with_data(ev, new));
+                    }
+                    None => out.push(ev.clone()),
+                }
                 continue;
             }
             EventMessage::Message(doc) => {
@@ -105,11 +129,12 @@ pub(super) fn on_chunk(params: &GuardParams, ctx: &ChunkContext<'_>) -> Result<C
             }
             EventMessage::NotJson(_) => (sse::data(ev).unwrap_or_default().into_owned(), None),
         };
+        // Read as tool output, in windows (see super::windows).
         let verdict = match &doc {
-            Some(_) => detector.assess(&text, &params.weights),
+            Some(_) => super::windows::assess(detector, &text, &params.weights, params.windowed),
             None => {
                 st.push(&text);
-                detector.assess(&st.window, &params.weights)
+                super::windows::assess(detector, &st.window, &params.weights, params.windowed)
             }
         };
         let hit = verdict.score >= params.threshold;
@@ -167,9 +192,14 @@ pub(super) fn on_chunk(params: &GuardParams, ctx: &ChunkContext<'_>) -> Result<C
         ChunkOutcome::pass()
             .replace(out)
             .set_metadata("response_blocked", "prompt_injection_detected")
+    } else if changed_lists {
+        ChunkOutcome::pass().replace(out)
     } else {
         ChunkOutcome::pass()
     };
+    for (k, v) in tool_metadata {
+        outcome = outcome.set_metadata(k, v);
+    }
     if let Some(v) = &worst {
         outcome = metadata(outcome, v);
     }

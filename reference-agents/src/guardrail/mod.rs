@@ -7,7 +7,11 @@
 //!   override, persona switch, refusal suppression, system-prompt
 //!   exfiltration, role injection, payload smuggling, SQL and command
 //!   injection) and by a learned model over the whole text, each weighted
-//!   and named in the verdict.
+//!   and named in the verdict. On the response side it reads tool output
+//!   in windows with families of its own (instructions addressed to the
+//!   AI, task takeover, actions on the agent's tools, markdown
+//!   exfiltration, misspelled keywords), and MCP `tools/list` results tool
+//!   by tool for poisoning (removed from the list, or the list refused).
 //! * [`PiiRedaction`] (`piiRedaction`): masks e-mails, phone numbers
 //!   (confirmed with libphonenumber's metadata, national formats of the
 //!   configured regions and international ones), card
@@ -21,14 +25,20 @@ mod detector;
 mod extraction;
 mod headers;
 mod indirect;
+mod indirect_patterns;
 mod injection;
 mod injection_stream;
 pub mod learned;
+mod metrics;
 mod phone;
 mod pii;
 mod pii_json;
 mod pii_stream;
+pub mod poisoning;
 mod redactor;
+mod response;
+mod typos;
+pub mod windows;
 
 pub use audit::{verify_journal, AuditError, AuditLog, Journal, JournalOptions};
 pub use detector::{Detector, Family, FamilyScore, Verdict, Weights};
@@ -47,6 +57,8 @@ pub use redactor::{Counts, PiiType, Redactor};
 /// at startup rather than on every request.
 pub fn compile_patterns() -> Result<(), policy_agents::PolicyError> {
     Detector::shared()?;
+    poisoning::compile().map_err(policy_agents::PolicyError::new)?;
+    metrics::register_all();
     Redactor::shared()?;
     Ok(())
 }

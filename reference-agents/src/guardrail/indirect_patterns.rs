@@ -1,0 +1,67 @@
+//! The patterns of tool output's own families (indirect prompt injection),
+//! scored on a response's text only (see [`Detector::assess_tool_output`]):
+//! a prompt is written to the model, so "send the file to Bob" in a
+//! request is the user's wish, while the same words in a document a tool
+//! fetched are a third party's.
+//!
+//! The line drawn: a document may ask its reader to pay, reply, click,
+//! forward or ignore ("please pay by bank transfer", "if you did not ask
+//! for this, ignore this email"); what counts is an instruction addressed
+//! to the AI (it is named: "assistant", "AI", "model", "agent"), one that
+//! speaks of "the user" in the third person (a document addresses its
+//! reader as "you"), one that redirects the task the document was fetched
+//! for, or one that hides data in a URL the model is asked to render.
+//!
+//! [`Detector::assess_tool_output`]: super::Detector::assess_tool_output
+
+use super::detector::Family::{self, *};
+
+/// What an AI is called when a document addresses it.
+const AI: &str = r"(?:ai|a\.i\.|assistant|ai assistant|ai agent|agent|ai model|language model|llm|chatbot|bot|gpt(?:-?\d\w*)?|chatgpt|claude|gemini|copilot|llama|model)";
+/// An action on the agent's tools.
+const ACTION: &str = r"(?:send|sends|email|e-mail|mail|forward|transfer|wire|pay|upload|post|share|copy|leak|move|delete|remove|erase|wipe|invite|add|create|book|reserve|schedule|change|modify|update|reset|call|invoke|use|run|execute|visit|open|click|download|install|grant|give|concatenate|reply|respond|tell|say|print|output|write)";
+/// What an agent's tools do (not what a document asks its reader: pay,
+/// reply, click, call).
+const TOOL_VERB: &str = r"(?:send|email|e-mail|forward|transfer|upload|post|share|delete|remove|erase|wipe|invite|create|book|reserve|schedule|change|modify|reset|concatenate|get|make|visit|give|grant|add|copy|move|execute|run|download|install)";
+/// The user's things an injection goes after.
+const USERS_THINGS: &str = r"(?:files?|e-?mails?|inbox|messages?|contacts?|contact list|address book|documents?|passwords?|credentials|data|conversation|chat history|history|calendar|notes|secrets?|keys?|api keys?|tokens?|funds?|money|balance|savings|account|accounts|card|credit card|address|home address|phone number|transactions?|cloud drive|drive|repositor(?:y|ies)|channels?)";
+
+/// (family, strength, pattern over folded text).
+pub fn patterns() -> Vec<(Family, f64, String)> {
+    vec![
+        // Addressed to the assistant from inside data.
+        (AddressedInstructions, 0.5, format!(r"(?-u:\b)(?:message|note|instructions?|notice|request|reminder|memo|directive|letter) (?:from (?:me|the user|[\w ,]{{1,30}}) )?(?:to|for) (?:you,? )?(?:the |any |all |an? )?{AI}s?(?-u:\b)")),
+        (AddressedInstructions, 0.5, format!(r"(?-u:\b)(?:dear|hey|hi|hello|attention|attn|greetings|note to|listen),? (?:the |all |any )?{AI}s?(?-u:\b)")),
+        (AddressedInstructions, 0.5, format!(r"(?-u:\b)(?:if|when|whenever) you are (?:an? |the )?{AI}(?-u:\b)|(?-u:\b){AI}s? (?:reading|processing|summari[sz]ing|parsing|analy[sz]ing|handling|seeing|viewing) this(?-u:\b)")),
+        (AddressedInstructions, 0.5, r"(?-u:\b)(?:before|prior to) (?:you )?(?:can |could |start to |begin to )?(?:answer|answering|respond|responding|reply|replying|solv\w*|complet\w*|continu\w*|finish\w*|summari[sz]\w*|proceed\w*|perform\w*|handl\w*|tackl\w*|address\w*|do|doing|carry out|carrying out)(?-u:\b)[^.\n]{0,40}(?-u:\b)(?:task|question|request|query|prompt|instructions?|assignment|job)(?-u:\b)[^.\n]{0,50}(?-u:\b)(?:i gave you|you were given|given to you|from the user|the user gave|in the beginning|please|you must|you need to|first)(?-u:\b)".into()),
+        (AddressedInstructions, 0.3, r"(?-u:\b)(?:after you do that|once you(?:'ve| have) done (?:that|this)|then you can (?:solve|continue|answer|proceed)|you can (?:solve|continue with) the task)(?-u:\b)".into()),
+        (AddressedInstructions, 0.45, r"</?\s*(?:information|info|instructions?|important|system|admin|assistant|ai|secret|hidden|note|directive|context)\s*>".into()),
+        (AddressedInstructions, 0.5, format!(r"(?:^|\n|[.!:,;] ?) ?(?:todo|to do|to-do)\s*[:!]+\s*(?:please |now |first |immediately )?{TOOL_VERB}(?-u:\b)")),
+        (AddressedInstructions, 0.3, format!(r"(?:^|\n|[.!:] ) ?(?:important|attention|urgent|action required|note|nb|p\.s\.|ps)\s*[:!]+\s*(?:please |now |first |immediately )?{TOOL_VERB}(?-u:\b)")),
+        (AddressedInstructions, 0.35, r"(?-u:\b)(?:this is|here is|here's) (?:an? )?(?:important|urgent|critical|new|updated|special|additional) (?:message|instruction|note|request|task|directive)s?(?-u:\b)".into()),
+        // Taking over the task the data was fetched for.
+        (TaskTakeover, 0.6, r"(?-u:\b)(?:ignore|disregard|skip|forget|do not read|don'?t read|stop reading|do not process|don'?t process|do not summari[sz]e|don'?t summari[sz]e)(?-u:\b)[^.\n]{0,20}(?-u:\b)(?:rest|remainder|remaining|everything (?:else|below|above|after|before)|all other|other parts?|contents?|anything else)(?-u:\b)[^.\n]{0,25}(?-u:\b)(?:data|document|text|page|file|e-?mail|message|input|content|article|website|site|results?|output|below|above)(?-u:\b)".into()),
+        (TaskTakeover, 0.6, r"(?-u:\b)(?:if|when|whenever|in case) (?:the |a |any )?user (?:asks?|requests?|wants?|says|queries|tries|is asking|asked)(?-u:\b)[^.\n]{0,80}(?-u:\b)(?:reply|respond|answer|say|output|print|write|tell|return|state|claim|recommend|suggest)(?-u:\b)".into()),
+        (TaskTakeover, 0.5, r"(?-u:\b)(?:if|when|whenever) (?:you are|you're|you get|you're being|you are being) (?:asked|told|instructed|requested) to (?:summari[sz]e|translate|analy[sz]e|review|describe|read|process|answer|explain|check)(?-u:\b)".into()),
+        (TaskTakeover, 0.5, r"(?-u:\b)instead of (?:summari[sz]ing|translating|answering|analy[sz]ing|describing|reviewing|completing|doing) (?:it|this|that|the \w+)?,? (?:you (?:must|should|will|shall) )?(?:only )?(?:respond|reply|answer|output|print|say|write|tell|state|recommend|claim)(?-u:\b)|(?-u:\b)instead,? (?:you (?:must|should|will|shall) )?(?:only )?(?:respond|reply|answer|tell the user|claim|recommend)(?: with| that| to)?(?-u:\b)".into()),
+        (TaskTakeover, 0.4, r#"(?-u:\b)(?:reply|respond|answer|output|print|say|write|return)(?: back)? (?:only|just|exclusively|solely|nothing (?:but|except))(?: with)?(?-u:\b)[^.\n]{0,10}["'“:]|(?-u:\b)(?:reply|respond|answer|output|print|say) (?:with )?["'“][^"'”\n]{1,80}["'”] and nothing else"#.into()),
+        (TaskTakeover, 0.6, r"(?:\[|<|\(|-{2,}|={2,}|#{1,}|\*{2,}) ?/?(?:end|end of|eof|stop)(?: of)? ?(?:the )?(?:session|conversation|chat|dialog(?:ue)?|document|data|context|input|user input|text|e-?mail|file|transcript|tool output|result|message)s? ?(?:\]|>|\)|-{2,}|={2,}|#{1,}|\*{2,})?[^\n]{0,40}\n(?:[^\n]{0,80}\n){0,3} ?(?:system|assistant|user|human|developer|admin|new instructions?|new task|instructions?)\s*:".into()),
+        (TaskTakeover, 0.4, r"(?-u:\b)(?:the )?(?:previous |current )?(?:session|conversation|chat|task) (?:has |is )?(?:ended|terminated|finished|closed|over|complete)(?-u:\b)[^.\n]{0,40}(?-u:\b)(?:new|next|now|from now)(?-u:\b)".into()),
+        // Actions aimed at the agent's tools.
+        (ToolAction, 0.5, format!(r"(?-u:\b){ACTION}(?-u:\b)[^.\n]{{0,60}}(?-u:\b)(?:the user'?s?|user'?s|the user(?:'s)? (?:own|whole|entire|full|complete))(?-u:\b)[^.\n]{{0,25}}(?-u:\b){USERS_THINGS}(?-u:\b)")),
+        (ToolAction, 0.45, format!(r"(?-u:\b){ACTION}(?-u:\b)[^.\n]{{0,30}}(?-u:\b)(?:all|every|each|the (?:whole|entire|full|complete)) (?:of )?(?:the |my |your |their |his |her )?(?:\w+ )?{USERS_THINGS}(?-u:\b)[^.\n]{{0,60}}(?-u:\b)(?:to|with|into|at) (?:the )?(?:website|site|url|address|account|iban|e-?mail|channel|server|endpoint|link|@|www|https?)")),
+        (ToolAction, 0.4, format!(r"(?-u:\b)(?:the )?(?:assistant|ai|ai assistant|ai agent|llm|chatbot|language model) (?:must|should|need to|have to|shall|are (?:required|instructed|expected) to)(?: now| immediately| first| also| then)? (?:\w+ )?{ACTION}(?-u:\b)")),
+        (ToolAction, 0.35, format!(r"(?-u:\b)(?:use|call|invoke|run) (?:the |your |my )?(?:[\w`'-]+ )?(?:tool|function|plugin|api|e-?mail tool|browser)(?-u:\b)[^.\n]{{0,40}}(?-u:\b)(?:to )?{ACTION}(?-u:\b)")),
+        (ToolAction, 0.3, r"(?-u:\b)(?:do not|don'?t|never|without) (?:mention|mentioning|tell|telling|inform|informing|notify|notifying|alert|alerting|reveal|revealing) (?:\w+ ){0,3}(?:the )?user(?-u:\b)|(?-u:\b)(?:do not|don'?t|without) (?:mention|mentioning) (?:it|this|that) in your (?:reply|answer|response|summary)(?-u:\b)".into()),
+        (ToolAction, 0.25, format!(r"(?-u:\b)(?:the )?user'?s? (?:\w+ )?{USERS_THINGS}(?-u:\b)")),
+        (ToolAction, 0.35, r"(?-u:\b)(?:modify|change|update|replace|set|switch) (?:the )?(?:recipient|beneficiary|payee|iban|account number|destination|password|e-?mail address)(?-u:\b)[^.\n]{0,40}(?-u:\b)(?:to|with|of)(?-u:\b)".into()),
+        // Data carried out in a markdown image or link.
+        (MarkdownExfiltration, 0.6, r"!\[[^\]\n]{0,100}\]\(\s*<?https?://[^)\s]*(?:\{|\}|\[|\]|%7b|%5b|<|\$\w|\b[A-Z_]{4,}\b)[^)\s]*\)".into()),
+        (MarkdownExfiltration, 0.5, r"(?-u:\b)(?:render|display|show|include|output|print|add|append|insert|embed|end (?:your|the) (?:reply|answer|response) with|put)(?-u:\b)[^.\n]{0,60}(?:!\[|\]\(|(?-u:\b)(?:markdown|image|img|link|url|pixel)(?-u:\b))[^\n]{0,160}(?-u:\b)(?:replace|replaced|substitut\w*|fill\w*|append\w*|where|encoded|urlencoded|url-encoded|base64|containing|contains)(?-u:\b)".into()),
+        (MarkdownExfiltration, 0.4, r"(?-u:\b)(?:append|add|include|put|encode|insert|attach)(?-u:\b)[^.\n]{0,50}(?-u:\b)(?:the )?(?:user'?s?|conversation|chat|previous|secret|password|data|e-?mail|summary|history|messages|query|question|answer|token|key)(?-u:\b)[^.\n]{0,60}(?-u:\b)(?:to|in|into|as) (?:the |a |an )?(?:url|link|query string|query|parameter|image|img|address|endpoint)(?-u:\b)".into()),
+        // Role markers in any bracket or heading style.
+        (RoleInjection, 0.5, r"(?:#{2,}|\*{2,}|={2,}|-{3,}|>{2,})\s*[\[(<{]?\s*(?:system|sys|assistant|developer|admin|root|instructions?)(?:[ _-]?(?:message|prompt|note|instructions?|override|update|command))?\s*[\])>}]?\s*(?:#{2,}|\*{2,}|={2,}|-{3,}|:|\n)".into()),
+        (RoleInjection, 0.5, r"[\[({<]\s*(?:system|sys|assistant|developer|admin)[ _-]?(?:message|prompt|note|instructions?|override|update|command)\s*[\])}>]".into()),
+        (RoleInjection, 0.35, r"(?:^|\n) ?[\[({<]\s*(?:system|assistant|developer|admin)\s*[\])}>]\s*:?".into()),
+    ]
+}
