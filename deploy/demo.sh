@@ -198,6 +198,26 @@ for want in 'POST http://127.0.0.1:9600/token.*"status":200' '"tool":"read_data"
   fi
 done
 
+# promptInjectionGuard on tool output: the server's tools/list has a poisoned
+# tool ("add": an <IMPORTANT> block reading ~/.ssh/id_rsa), removed; its
+# ordinary tools pass; a long report passes; a recipe with an injection in
+# its middle is blocked with a JSON-RPC error.
+wait_for_port 8097 mcp-guard-server.log
+guard_mcp() { # NAME PATTERN STEPS
+  local name=$1 pattern=$2 steps=$3 out
+  printf '\n# %s\n$ .venv/bin/python tests/mcp/client.py %s/mcp-guard auto {} %q\n' "$name" "$ENVOY" "$steps"
+  out=$(.venv/bin/python tests/mcp/client.py "$ENVOY/mcp-guard" auto '{}' "$steps" 2>&1)
+  printf '%s\n' "$(printf '%s' "$out" | head -c 400)"
+  if ! printf '%s' "$out" | grep -qE -- "$pattern"; then
+    echo "   UNEXPECTED: wanted /$pattern/"
+    fail=1
+  fi
+}
+guard_mcp "MCP tools/list with a poisoned tool: removed by promptInjectionGuard, the ordinary tools pass" \
+  '^\{"tools": \["fetch", "get_recipe", "get_report", "long_running", "read_text_file", "write_file"\]' '[["list"]]'
+guard_mcp "A long business report returned by a tool: passes" '"result": "Quarterly goals update' '[["call", "get_report", {}]]'
+guard_mcp "A recipe with an injection in its middle: blocked (-32001)" '"code": -32001' '[["call", "get_recipe", {}]]'
+
 # The caller's token never reaches the upstream (docs/upstream-credentials.md):
 # on /mcp-exchange, tokenExchange (RFC 8693) trades the user's token at the
 # identity provider for one issued for the MCP server. The server (official
