@@ -25,6 +25,33 @@ pub fn page(status: u16, html: impl Into<String>, csp: &str, reason: &str) -> De
         .reason(reason)
 }
 
+/// The base path of a page-serving policy's param `base_path` (`default`
+/// when unset): absolute, no trailing `/`; an error naming `policy`.
+pub fn base_path(p: &policy_agents::Params, default: &str, policy: &str) -> Result<String, policy_agents::PolicyError> {
+    let b = p.get("base_path").map(str::trim).unwrap_or(default);
+    if !b.starts_with('/') || b.contains(['?', '#']) {
+        return Err(policy_agents::PolicyError::new(format!(
+            "{policy}: param `base_path` must be an absolute path, got {b:?}"
+        )));
+    }
+    Ok(b.trim_end_matches('/').to_string())
+}
+
+/// `given` (a page's URL from a param), else `{scheme}://{authority}{path}`
+/// of the request: where the person's browser reaches the page.
+pub fn page_url(given: Option<&str>, request: &policy_agents::RequestView<'_>, path: &str) -> String {
+    match given.map(str::trim).filter(|s| !s.is_empty()) {
+        Some(u) => u.to_string(),
+        None => {
+            let scheme = match request.scheme() {
+                "" => "http",
+                s => s,
+            };
+            format!("{scheme}://{}{path}", request.authority())
+        }
+    }
+}
+
 /// `s` safe in HTML text and attribute values.
 pub fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());

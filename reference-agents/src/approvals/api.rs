@@ -71,13 +71,7 @@ fn refusal(r: Refused) -> RequestOutcome {
 
 /// The base path of param `base_path`: absolute, no trailing `/`.
 fn base(p: &Params) -> Result<String, PolicyError> {
-    let b = p.get("base_path").map(str::trim).unwrap_or("/approvals");
-    if !b.starts_with('/') || b.contains(['?', '#']) {
-        return Err(PolicyError::new(format!(
-            "{NAME}: param `base_path` must be an absolute path, got {b:?}"
-        )));
-    }
-    Ok(b.trim_end_matches('/').to_string())
+    crate::pages::base_path(p, "/approvals", NAME)
 }
 
 fn identified(c: &Caller) -> bool {

@@ -429,16 +429,7 @@ pub async fn check_call(
 /// The approval page of a route's policy: param `approval_page`, or
 /// `{scheme}://{authority}/approvals/page` of the request.
 pub fn page_url(p: &policy_agents::Params, request: &policy_agents::RequestView<'_>) -> String {
-    match p.get("approval_page").map(str::trim).filter(|s| !s.is_empty()) {
-        Some(u) => u.to_string(),
-        None => {
-            let scheme = match request.scheme() {
-                "" => "http",
-                s => s,
-            };
-            format!("{scheme}://{}/approvals/page", request.authority())
-        }
-    }
+    crate::pages::page_url(p.get("approval_page"), request, "/approvals/page")
 }
 
 fn journal_refusal(e: PolicyError) -> Refused {

@@ -123,14 +123,5 @@ pub fn strip(
 /// The connect page's base URL for a request: param `connect_url`, or
 /// `{scheme}://{authority}/connect`.
 pub fn connect_base(given: Option<&str>, request: &policy_agents::RequestView<'_>) -> String {
-    match given {
-        Some(u) => u.to_string(),
-        None => {
-            let scheme = match request.scheme() {
-                "" => "http",
-                s => s,
-            };
-            format!("{scheme}://{}/connect", request.authority())
-        }
-    }
+    crate::pages::page_url(given, request, "/connect")
 }

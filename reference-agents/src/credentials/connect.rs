@@ -425,13 +425,7 @@ impl UpstreamConnect {
 
 /// The base path of param `base_path`.
 fn base(p: &Params) -> Result<String, PolicyError> {
-    let b = p.get("base_path").map(str::trim).unwrap_or("/connect");
-    if !b.starts_with('/') || b.contains(['?', '#']) {
-        return Err(PolicyError::new(format!(
-            "{NAME}: param `base_path` must be an absolute path, got {b:?}"
-        )));
-    }
-    Ok(b.trim_end_matches('/').to_string())
+    crate::pages::base_path(p, "/connect", NAME)
 }
 
 impl Policy for UpstreamConnect {

@@ -51,13 +51,8 @@ impl Policy for UpstreamConnections {
     describe! { name: NAME, params: KEYS, required: &["login_issuer"] }
 
     async fn on_request(&self, params: &Params, ctx: &RequestContext<'_>) -> Result<RequestOutcome, PolicyError> {
-        let base = params.get("base_path").map(str::trim).unwrap_or("/connections");
-        if !base.starts_with('/') || base.contains(['?', '#']) {
-            return Err(PolicyError::new(format!(
-                "{NAME}: param `base_path` must be an absolute path, got {base:?}"
-            )));
-        }
-        let base = base.trim_end_matches('/');
+        let base = crate::pages::base_path(params, "/connections", NAME)?;
+        let base = base.as_str();
         let iss = params
             .get("login_issuer")
             .map(|s| s.trim().trim_end_matches('/').to_string())
