@@ -113,7 +113,7 @@ use Family::*;
 /// Verbs that set instructions aside.
 const SET_ASIDE: &str = r"(?:ignore|ignoring|disregard|disregarding|forget|forgetting|override|bypass|abandon|discard|neglect|set aside|throw out|erase|drop|skip|delete|clear|reset)";
 /// What instructions are called.
-const RULES: &str = r"(?:instructions?|prompts?|rules|tos|terms of service|directives?|guidelines|programming|restrictions|constraints|polic(?:y|ies)|commands|orders|context|training|settings|filters?|limitations|safeguards|boundaries|protocols?|principles)";
+const RULES: &str = r"(?:instructions?|directions|prompts?|rules|tos|terms of service|directives?|guidelines|programming|restrictions|constraints|polic(?:y|ies)|commands|orders|context|training|settings|filters?|limitations|safeguards|boundaries|protocols?|principles)";
 /// Adjectives of an unrestricted model.
 const UNBOUND: &str = r"(?:unrestricted|unfiltered|uncensored|unlimited|unbound|unchained|unleashed|jailbroken|amoral|immoral|unethical|evil|rogue|lawless|limitless|no[- ]limits?|without limits|free)";
 /// What a model is called.
@@ -140,6 +140,7 @@ fn patterns() -> Vec<(Family, f64, String)> {
         // Instruction override.
         (InstructionOverride, 0.6, format!(r"(?-u:\b){SET_ASIDE}(?-u:\b)[^.]{{0,40}}(?-u:\b)(?:previous|prior|above|earlier|preceding|former|initial|original|all|any|every|your|these|those|system|old|existing|current|default)(?-u:\b)[^.]{{0,30}}(?-u:\b){RULES}")),
         (InstructionOverride, 0.5, format!(r"(?-u:\b){SET_ASIDE} (?:all |everything |anything )[^.]{{0,30}}(?-u:\b)(?:before|above|prior|previous|earlier|said|told|until now|so far)")),
+        (InstructionOverride, 0.55, format!(r"(?-u:\b){SET_ASIDE} (?:the |your |my |these |those )?{RULES},? and (?:just |only |simply |instead )?(?:print|say|output|write|reply|respond|answer|repeat|translate|return)(?-u:\b)")),
         (InstructionOverride, 0.5, format!(r"(?-u:\b)(?:do not|don'?t|dont|does not|doesn'?t|won'?t|will not|never|no need to|not|no longer|stop|cease to)(?-u:\b) (?:have to |need to |must |will |to )?(?:follow|obey|adhere to|abide by|comply with|respect|be bound by|be restricted by|be limited by|conform to|stick to)(?-u:\b)[^.]{{0,40}}(?-u:\b)(?:{RULES}|openai|anthropic|ethic\w*|moral\w*|laws?|creators?|developers?)")),
         (InstructionOverride, 0.5, format!(r"(?-u:\b)(?:freed?|liberated?|broken free|break free|broke free|released|unshackled|escaped?|free from|liberat\w+ from)(?-u:\b)[^.]{{0,40}}(?-u:\b)(?:confines|{RULES}|constraints|shackles|chains|censorship|matrix|jail|prison)")),
         (InstructionOverride, 0.55, format!(r"(?-u:\b)(?:overrides?|supersedes?|takes? precedence over|replaces?|overwrites?)(?-u:\b)[^.]{{0,30}}(?-u:\b)(?:previous|prior|all|any|your|system|original|old|default)(?-u:\b)[^.]{{0,20}}(?-u:\b){RULES}")),
