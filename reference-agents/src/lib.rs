@@ -61,6 +61,8 @@
 //!   documents read as the model reads them; any other JSON whole), for the
 //!   guardrails and token estimates.
 //! * [`param_cache`]: parsed params kept per distinct raw value.
+//! * [`secret`]: secrets named in params (an environment variable or a
+//!   file), read when used.
 //! * [`pages`]: the pages agents serve themselves (approvals, connect,
 //!   connections): one set of security headers, HTML escaping.
 //! * [`sessions`]: state kept across requests (planner sessions, MCP
@@ -91,6 +93,7 @@ pub mod planner;
 pub mod program;
 pub mod ratelimit;
 pub mod rules;
+pub mod secret;
 pub mod sessions;
 pub mod text;
 pub mod tool;

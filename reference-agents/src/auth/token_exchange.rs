@@ -50,7 +50,8 @@ use super::remote_keys::discover_endpoint;
 use super::{bearer_challenge, metrics, unauthorized};
 use crate::error_body;
 use crate::param_cache::ParamCache;
-use credentials::{client_assertion, ClientAuth, Source, ASSERTION_TYPE};
+use crate::secret::Secret;
+use credentials::{client_assertion, ClientAuth, ASSERTION_TYPE};
 use policy_agents::{
     describe, Deny, ParamError, Params, Policy, PolicyError, RequestContext, RequestOutcome, ResponseContext,
     ResponseOutcome,
@@ -105,13 +106,13 @@ struct Config {
     label: String,
     client_id: String,
     client_auth: ClientAuth,
-    secret: Source,
+    secret: Secret,
     audience: Vec<String>,
     resource: Vec<String>,
     scope: Option<String>,
     requested_token_type: Option<String>,
     subject_token_type: String,
-    actor: Option<(Source, String)>,
+    actor: Option<(Secret, String)>,
     header: String,
     client: reqwest::Client,
     margin: Duration,
@@ -184,9 +185,9 @@ impl Config {
             ClientAuth::PrivateKeyJwt { .. } => ("private_key_env", "private_key_file"),
             _ => ("client_secret_env", "client_secret_file"),
         };
-        let secret = Source::parse(p, env, file)?
+        let secret = Secret::parse(p, env, file)?
             .ok_or_else(|| ParamError::invalid(env, "", format!("give {env} or {file}")))?;
-        let actor = Source::parse(p, "actor_token_env", "actor_token_file")?
+        let actor = Secret::parse(p, "actor_token_env", "actor_token_file")?
             .map(|s| (s, opt("actor_token_type").unwrap_or_else(|| ACCESS_TOKEN.to_string())));
         let resource = p.list("resource")?;
         for r in &resource {
@@ -406,11 +407,7 @@ fn cache_key(cfg: &Config, actor: Option<&str>, subject: &str) -> [u8; 32] {
 /// The `exp` of a JWT subject token (already validated by an earlier
 /// policy); `None` for opaque tokens.
 fn subject_exp(token: &str) -> Option<u64> {
-    let payload = token.split('.').nth(1)?;
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(payload.trim_end_matches('='))
-        .ok()?;
-    serde_json::from_slice::<Value>(&bytes).ok()?.get("exp")?.as_u64()
+    credentials::claims(token)?.get("exp")?.as_u64()
 }
 
 /// How long an exchanged token may be cached.

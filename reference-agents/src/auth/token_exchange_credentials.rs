@@ -2,11 +2,9 @@
 //! authentication (`client_secret_basic`, `client_secret_post`,
 //! `private_key_jwt`) and where secrets, keys and actor tokens are read from.
 
-use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
-use policy_agents::{ParamError, Params};
 use url::Url;
 
 /// How the gateway authenticates at the token endpoint.
@@ -59,43 +57,9 @@ pub(super) fn client_assertion(
     jsonwebtoken::encode(&header, &claims, &key).map_err(|e| format!("signing: {e}"))
 }
 
-/// Where a secret (client secret, actor token) is read from.
-pub(super) enum Source {
-    Env(String),
-    File(PathBuf),
-}
-
-impl Source {
-    /// One of `env` / `file` params, exactly; `None` when neither is set.
-    pub(super) fn parse(p: &Params, env: &str, file: &str) -> Result<Option<Source>, ParamError> {
-        let get = |name| p.get(name).map(str::trim).filter(|s| !s.is_empty());
-        match (get(env), get(file)) {
-            (Some(_), Some(_)) => Err(ParamError::invalid(env, "", format!("give {env} or {file}, not both"))),
-            (Some(e), None) => Ok(Some(Source::Env(e.to_string()))),
-            (None, Some(f)) => Ok(Some(Source::File(PathBuf::from(f)))),
-            (None, None) => Ok(None),
-        }
-    }
-
-    /// The value, trimmed; why not (naming the variable or file, never a value).
-    pub(super) fn read(&self) -> Result<String, String> {
-        let value = match self {
-            Source::Env(name) => std::env::var(name).map_err(|_| format!("environment variable {name} is not set"))?,
-            Source::File(path) => {
-                std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?
-            }
-        };
-        let value = value.trim().to_string();
-        if value.is_empty() {
-            return Err("it is empty".into());
-        }
-        Ok(value)
-    }
-}
-
 /// The claims of a JWT's payload, unverified (the subject token was
 /// verified by the policy before; the actor token is the gateway's own).
-fn claims(token: &str) -> Option<serde_json::Map<String, serde_json::Value>> {
+pub(super) fn claims(token: &str) -> Option<serde_json::Map<String, serde_json::Value>> {
     use base64::Engine;
     let payload = token.split('.').nth(1)?;
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD

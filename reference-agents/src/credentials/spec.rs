@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::secret::Secret;
 use policy_agents::{ParamError, Params};
 
 /// The params `upstreamCredential` reads.
@@ -31,43 +32,6 @@ pub const KEYS: &[&str] = &[
     "link_ttl_s",
     "refresh_margin_s",
 ];
-
-/// Where a secret is read from (when it is used, never logged).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Secret {
-    /// An environment variable of the agent.
-    Env(String),
-    /// A file the agent can read.
-    File(String),
-}
-
-impl Secret {
-    fn parse(p: &Params, env: &str, file: &str) -> Result<Secret, ParamError> {
-        let get = |k: &str| p.get(k).map(str::trim).filter(|s| !s.is_empty());
-        match (get(env), get(file)) {
-            (Some(_), Some(_)) => Err(ParamError::invalid(env, "", format!("give {env} or {file}, not both"))),
-            (Some(e), None) => Ok(Secret::Env(e.to_string())),
-            (None, Some(f)) => Ok(Secret::File(f.to_string())),
-            (None, None) => Err(ParamError::invalid(env, "", format!("{env} or {file} is required"))),
-        }
-    }
-
-    /// The value, trimmed; why not (naming the variable or file).
-    pub fn read(&self) -> Result<String, String> {
-        let v = match self {
-            Secret::Env(n) => std::env::var(n).map_err(|_| format!("environment variable {n} is not set"))?,
-            Secret::File(f) => std::fs::read_to_string(f).map_err(|e| format!("reading {f}: {e}"))?,
-        };
-        let v = v.trim().to_string();
-        if v.is_empty() {
-            return Err(match self {
-                Secret::Env(n) => format!("environment variable {n} is empty"),
-                Secret::File(f) => format!("{f} is empty"),
-            });
-        }
-        Ok(v)
-    }
-}
 
 /// Where the user's credential comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -120,6 +84,10 @@ pub struct Spec {
     pub link_ttl_s: u64,
     /// How long before expiry a token is refreshed, s.
     pub refresh_margin_s: u64,
+}
+
+fn required_secret(p: &Params, env: &str, file: &str) -> Result<Secret, ParamError> {
+    Secret::parse(p, env, file)?.ok_or_else(|| ParamError::invalid(env, "", format!("{env} or {file} is required")))
 }
 
 fn url_param(name: &str, v: &str) -> Result<String, ParamError> {
@@ -195,7 +163,7 @@ impl Spec {
             client_id: get("login_client_id")
                 .ok_or_else(|| ParamError::invalid("login_client_id", "", "is required"))?
                 .to_string(),
-            secret: Secret::parse(p, "login_client_secret_env", "login_client_secret_file")?,
+            secret: required_secret(p, "login_client_secret_env", "login_client_secret_file")?,
         };
         let oauth = match source {
             Source::ApiKey => None,
@@ -221,7 +189,7 @@ impl Spec {
                     client_id: get("client_id")
                         .ok_or_else(|| ParamError::invalid("client_id", "", "is required for source oauth"))?
                         .to_string(),
-                    secret: Secret::parse(p, "client_secret_env", "client_secret_file")?,
+                    secret: required_secret(p, "client_secret_env", "client_secret_file")?,
                 })
             }
         };
