@@ -17,7 +17,7 @@ use serde_json::json;
 use crate::jsonrpc::{Envelope, Kind};
 use crate::mcp::state::CONNECT_KEY;
 use crate::rules::Caller;
-use crate::tool::approve::{self, URL_ELICITATION_REQUIRED};
+use crate::tool::approve::{self, Modern, URL_ELICITATION_REQUIRED};
 use policy_agents::{Deny, RequestContext};
 
 /// The reason of every ask.
@@ -63,14 +63,25 @@ pub struct Offer<'a> {
     pub upstream: &'a str,
 }
 
-/// The answer asking the caller of `ctx` to connect, with `offer`.
-pub fn ask(
+/// The request as MCP 2026-07-28 reads it (`Ok(None)` for any other
+/// body), with the body to forward when its retry carried the gateway's
+/// own question or state (taken out, the server's put back); `Err` when
+/// that state was forged, altered or issued for another call.
+pub fn modern<'s>(
     ctx: &RequestContext<'_>,
     env: Option<&Envelope>,
-    sealer: &crate::mcp::state::Sealer,
+    sealer: &'s crate::mcp::state::Sealer,
     caller: &Caller,
-    offer: Offer<'_>,
-) -> Result<Deny, Deny> {
+) -> Result<Option<Modern<'s>>, Deny> {
+    match env {
+        Some(env) => approve::modern(sealer, caller, ctx, env),
+        None => Ok(None),
+    }
+}
+
+/// The answer asking the caller to connect, with `offer`: for `modern`
+/// (a 2026-07-28 request, as [`modern`] read it) or the JSON-RPC `env`.
+pub fn ask(env: Option<&Envelope>, modern: Option<&Modern<'_>>, offer: Offer<'_>) -> Deny {
     let Offer {
         link,
         url,
@@ -79,18 +90,18 @@ pub fn ask(
     } = offer;
     let message = format!("Connect your {upstream} account to continue: open {url}");
     let data = json!({"reason": REASON, "upstream": upstream, "connect_url": url});
+    if let Some(m) = modern {
+        return approve::ask_for(
+            m,
+            CONNECT_KEY,
+            &format!("connect:{link}"),
+            expires_ms,
+            url,
+            &message,
+            data,
+        );
+    }
     if let Some(env) = env {
-        if let Some(m) = approve::modern(sealer, caller, ctx, env)? {
-            return Ok(approve::ask_for(
-                &m,
-                CONNECT_KEY,
-                &format!("connect:{link}"),
-                expires_ms,
-                url,
-                &message,
-                data,
-            ));
-        }
         if let (false, [m]) = (env.batch, env.messages.as_slice()) {
             if let (Kind::Request, Some(id)) = (m.kind, &m.id) {
                 let body = json!({"jsonrpc": "2.0", "id": id, "error": {
@@ -99,25 +110,12 @@ pub fn ask(
                     "data": {"elicitations": [{"mode": "url", "elicitationId": link, "url": url, "message": message}],
                         "reason": REASON, "upstream": upstream, "connect_url": url},
                 }});
-                return Ok(Deny::json(200, &body).reason(REASON));
+                return Deny::json(200, &body).reason(REASON);
             }
         }
     }
     let body = json!({"error": message, "reason": REASON, "upstream": upstream, "connect_url": url});
-    Ok(Deny::json(403, &body).reason(REASON))
-}
-
-/// The body to forward for a 2026 retry that carried the gateway's own
-/// question or state (taken out, the server's put back); `None` when it
-/// carried neither. Err: the state was forged, altered or for another call.
-pub fn strip(
-    ctx: &RequestContext<'_>,
-    env: Option<&Envelope>,
-    sealer: &crate::mcp::state::Sealer,
-    caller: &Caller,
-) -> Result<Option<Vec<u8>>, Deny> {
-    let Some(env) = env else { return Ok(None) };
-    Ok(approve::modern(sealer, caller, ctx, env)?.and_then(|m| m.stripped))
+    Deny::json(403, &body).reason(REASON)
 }
 
 /// The connect page's base URL for a request: param `connect_url`, or

@@ -126,6 +126,12 @@ impl Stored {
         }
     }
 
+    /// Whether it is good beyond `margin_ms` after `now` (Unix ms): not
+    /// due for a refresh.
+    fn fresh(&self, now: u64, margin_ms: u64) -> bool {
+        self.expires_ms.is_none_or(|e| e > now.saturating_add(margin_ms))
+    }
+
     /// What the API shows: never the secret.
     pub fn summary(&self, upstream: &str) -> serde_json::Value {
         serde_json::json!({
@@ -272,10 +278,8 @@ impl Credentials {
             return Ok(None);
         };
         let now = crate::approvals::now_ms();
-        let margin = spec.refresh_margin_s.saturating_mul(1000);
-        match st.expires_ms {
-            Some(e) if e <= now.saturating_add(margin) => {}
-            _ => return Ok(Some(st)),
+        if st.fresh(now, spec.refresh_margin_s.saturating_mul(1000)) {
+            return Ok(Some(st));
         }
         if st.refresh.is_none() || spec.oauth.is_none() {
             if st.expires_ms.is_some_and(|e| e <= now) {
@@ -308,7 +312,7 @@ impl Credentials {
         // Refreshed by the call this one waited for (or another agent)?
         let current = match self.load(user, &spec.upstream).await? {
             None => return Ok(None),
-            Some(c) if c.expires_ms.is_none_or(|e| e > now.saturating_add(margin)) => return Ok(Some(c)),
+            Some(c) if c.fresh(now, margin) => return Ok(Some(c)),
             Some(c) => c,
         };
         // Across agents sharing Redis, one refresh at a time.
@@ -316,7 +320,7 @@ impl Credentials {
             for _ in 0..50 {
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 match self.load(user, &spec.upstream).await? {
-                    Some(c) if c.expires_ms.is_none_or(|e| e > now.saturating_add(margin)) => return Ok(Some(c)),
+                    Some(c) if c.fresh(now, margin) => return Ok(Some(c)),
                     None => return Ok(None),
                     _ => {}
                 }

@@ -135,8 +135,8 @@ impl Policy for UpstreamCredential {
             sub,
         };
         let env = ctx.request.body().and_then(|b| crate::jsonrpc::parse(b).ok());
-        let stripped = match super::ask::strip(ctx, env.as_ref(), self.creds.sealer(), &caller) {
-            Ok(s) => s,
+        let modern = match super::ask::modern(ctx, env.as_ref(), self.creds.sealer(), &caller) {
+            Ok(m) => m,
             Err(d) => return Ok(RequestOutcome::denied_with(d)),
         };
         let stored = match self.creds.usable(&user, &spec).await {
@@ -149,7 +149,7 @@ impl Policy for UpstreamCredential {
                 .set_metadata(USED, &spec.upstream)
                 .remove_header("authorization")
                 .set_header(&spec.header, spec.header_value(&st.secret));
-            if let Some(body) = stripped {
+            if let Some(body) = modern.and_then(|m| m.stripped) {
                 out = out.set_body(body);
             }
             return Ok(out);
@@ -171,8 +171,11 @@ impl Policy for UpstreamCredential {
             expires_ms: expires,
             upstream: &spec.upstream,
         };
-        let answer = super::ask::ask(ctx, env.as_ref(), self.creds.sealer(), &caller, offer);
-        Ok(RequestOutcome::denied_with(answer.unwrap_or_else(|d| d)))
+        Ok(RequestOutcome::denied_with(super::ask::ask(
+            env.as_ref(),
+            modern.as_ref(),
+            offer,
+        )))
     }
 }
 
