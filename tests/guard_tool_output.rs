@@ -162,13 +162,12 @@ async fn tool_output_is_guarded_through_envoy() {
     // each decision and its chain verifies.
     let ran = std::fs::read_to_string(dir.join("mcp-calls.jsonl")).unwrap_or_default();
     assert_eq!(ran.matches("\"get_recipe\"").count(), 2, "{ran}");
-    let mut journal = String::new();
-    for _ in 0..50 {
-        journal = std::fs::read_to_string(&audit).unwrap_or_default();
-        if journal.matches("\"tool_poisoning\"").count() >= 4 {
-            break;
-        }
+    // The journal's lines are written after the answers: polled, 30 s at most.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut journal = std::fs::read_to_string(&audit).unwrap_or_default();
+    while journal.matches("\"tool_poisoning\"").count() < 4 && std::time::Instant::now() < deadline {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        journal = std::fs::read_to_string(&audit).unwrap_or_default();
     }
     let lines: Vec<Value> = journal.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
     let decisions: Vec<&str> = lines
