@@ -214,9 +214,11 @@ guard_mcp() { # NAME PATTERN STEPS
   fi
 }
 guard_mcp "MCP tools/list with a poisoned tool: removed by promptInjectionGuard, the ordinary tools pass" \
-  '^\{"tools": \["fetch", "get_recipe", "get_report", "long_running", "read_text_file", "write_file"\]' '[["list"]]'
+  '^\{"tools": \["fetch", "get_product", "get_recipe", "get_report", "long_running", "read_inbox", "read_text_file", "write_file"\]' '[["list"]]'
 guard_mcp "A long business report returned by a tool: passes" '"result": "Quarterly goals update' '[["call", "get_report", {}]]'
 guard_mcp "A recipe with an injection in its middle: blocked (-32001)" '"code": -32001' '[["call", "get_recipe", {}]]'
+guard_mcp "A product review asking the agent to mail the user's addresses out: blocked (tool_action)" '"code": -32001.*tool_action' '[["call", "get_product", {"id": "review"}]]'
+guard_mcp "An e-mail telling the model how to write its answer: blocked (output_instructions)" '"code": -32001.*output_instructions' '[["call", "read_inbox", {}]]'
 
 # The caller's token never reaches the upstream (docs/upstream-credentials.md):
 # on /mcp-exchange, tokenExchange (RFC 8693) trades the user's token at the

@@ -81,11 +81,13 @@ fn session(url: &str, mode: &str, steps: &Value, diag: &dyn Fn() -> String) -> V
     lines
 }
 
-const ORDINARY: [&str; 6] = [
+const ORDINARY: [&str; 8] = [
     "fetch",
+    "get_product",
     "get_recipe",
     "get_report",
     "long_running",
+    "read_inbox",
     "read_text_file",
     "write_file",
 ];
@@ -117,7 +119,8 @@ async fn tool_output_is_guarded_through_envoy() {
         )
     };
     let url = |route: &str| s.url(&format!("/{route}"));
-    let steps = json!([["list"], ["call", "get_report", {}], ["call", "get_recipe", {}], ["call", "write_file", {"path": "/tmp/x", "content": "y"}]]);
+    let steps = json!([["list"], ["call", "get_report", {}], ["call", "get_recipe", {}], ["call", "write_file", {"path": "/tmp/x", "content": "y"}],
+        ["call", "get_product", {"id": "plain"}], ["call", "get_product", {"id": "review"}], ["call", "read_inbox", {}]]);
 
     // Both revisions: 2026-07-28 (JSON replies) and the older handshake
     // (event streams, read event by event).
@@ -148,6 +151,25 @@ async fn tool_output_is_guarded_through_envoy() {
             got[2]
         );
         assert_eq!(got[3]["result"], "wrote /tmp/x", "{mode}: {:?}", got[3]);
+        // A product record (JSON text) whose review sends the user's data
+        // out is blocked, the same record with an ordinary review passes,
+        // and an e-mail telling the model how to write its answer is
+        // blocked.
+        assert!(
+            got[4]["result"].as_str().is_some_and(|r| r.contains("sizes run small")),
+            "{mode}: {:?}",
+            got[4]
+        );
+        for (i, family) in [(5, "tool_action"), (6, "output_instructions")] {
+            assert_eq!(got[i]["error"]["code"], -32001, "{mode}: {:?}", got[i]);
+            assert!(
+                got[i]["error"]["data"]["categories"]
+                    .as_array()
+                    .is_some_and(|c| c.iter().any(|x| x == family)),
+                "{mode}: {family}: {:?}",
+                got[i]
+            );
+        }
     }
 
     // `poisoned_tools: refuse`: the whole list is a JSON-RPC error.

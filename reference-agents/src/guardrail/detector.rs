@@ -57,6 +57,11 @@ pub enum Family {
     ToolAction,
     /// Tool output only: data carried out in a markdown image's or link's URL.
     MarkdownExfiltration,
+    /// Tool output only: instructions about what the model is to write: the
+    /// form or content of its answer ("encode your response in Base64",
+    /// "add this sentence/link/code to your reply", "report that the domain
+    /// is not malicious"), a text to repeat, a harmful text to write.
+    OutputInstructions,
     /// Tool output only: attack keywords with a one-letter typo
     /// ("iunstructions", "previus"), read as the keyword.
     MisspelledKeywords,
@@ -66,7 +71,7 @@ pub enum Family {
 
 impl Family {
     /// Every family, in verdict order.
-    pub const ALL: [Family; 14] = [
+    pub const ALL: [Family; 15] = [
         Family::InstructionOverride,
         Family::PersonaSwitch,
         Family::RefusalSuppression,
@@ -79,6 +84,7 @@ impl Family {
         Family::TaskTakeover,
         Family::ToolAction,
         Family::MarkdownExfiltration,
+        Family::OutputInstructions,
         Family::MisspelledKeywords,
         Family::Learned,
     ];
@@ -98,6 +104,7 @@ impl Family {
             Family::TaskTakeover => "task_takeover",
             Family::ToolAction => "tool_action",
             Family::MarkdownExfiltration => "markdown_exfiltration",
+            Family::OutputInstructions => "output_instructions",
             Family::MisspelledKeywords => "misspelled_keywords",
             Family::Learned => "learned",
         }
@@ -491,11 +498,13 @@ impl Detector {
             scores[k] += extraction::STRENGTH;
             spans[k].push(n.source_span(clause.start, clause.end));
         }
-        let hits = matched
-            .iter()
-            .map(|i| &self.each[i])
-            .chain(tool_matched.iter().flat_map(|m| m.iter()).map(|i| &self.tool_each[i]));
-        for (family, strength, re) in hits {
+        let hits = matched.iter().map(|i| (&self.each[i], false)).chain(
+            tool_matched
+                .iter()
+                .flat_map(|m| m.iter())
+                .map(|i| (&self.tool_each[i], true)),
+        );
+        for ((family, strength, re), tool_family) in hits {
             // SQL and shell text in tool output is data (documentation,
             // logs, code), not an instruction to the model.
             if tool_output && matches!(family, SqlInjection | CommandInjection) {
@@ -504,8 +513,10 @@ impl Detector {
             let Some(m) = re.find(&n.text) else { continue };
             let k = family.index();
             // Quoted in a question about it ("what does 'DAN' mean?"):
-            // talked about, not said.
-            let talked_about = (asks && quoted(&n.text, m.start(), m.end()))
+            // talked about, not said. Not for tool output's own families,
+            // where every JSON value is quoted and a question mark anywhere
+            // would halve an injection's score.
+            let talked_about = (!tool_family && asks && quoted(&n.text, m.start(), m.end()))
                 || (short_question && *family == RoleInjection && m.start() < plain.len());
             let strength = if talked_about { strength * QUOTED } else { *strength };
             scores[k] += strength;

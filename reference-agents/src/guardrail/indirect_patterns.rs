@@ -17,7 +17,25 @@
 use super::detector::Family::{self, *};
 
 /// What an AI is called when a document addresses it.
-const AI: &str = r"(?:ai|a\.i\.|assistant|ai assistant|ai agent|agent|ai model|language model|llm|chatbot|bot|gpt(?:-?\d\w*)?|chatgpt|claude|gemini|copilot|llama|model)";
+const AI: &str = r"(?:ai|a\.i\.|assistant|ai assistant|ai agent|agent|ai model|language model|llm|chatbot|bot|gpt(?:-?\d\w*)?|chatgpt|claude|gemini|copilot|llama|model|automated (?:\w+ )?(?:software|systems?|tools?|screeners?|scanners?|readers?|reviewers?|parsers?|analy[sz]ers?|agents?)|applicant tracking systems?|(?:resume|cv|document|ai) (?:screening|parsing|scanning|analysis|review) (?:software|systems?|tools?))";
+/// What the model is to write: its answer, or the code it produces.
+const ANSWER: &str = r"(?:response|reply|answer|output|elucidation|summary|translation)s?";
+/// Forms an answer is made to take that no reader of a document is asked for.
+const ANSWER_FORM: &str = r"(?:base ?(?:16|32|58|64|85)(?: encoding| format)?|caesar|cipher\w*|emoji\w*|revers\w*|backwards?|invert\w*|anagram\w*|misspell\w*|typos|scrambl\w*|jumbl\w*|leetspeak|pig latin|morse code|hexadecimal|without (?:any )?spaces|(?:alphanumeric|homophonic|letter|symbol) substitution|symbols for letters|numbers for (?:letters|vowels))";
+/// An e-mail address or a domain, as folded text reads it (`@` inside a
+/// word is read as the leetspeak `a`).
+const ADDRESS: &str = r"[\w.+@-]*\w\.(?:com|org|net|io|co|edu|gov|info|biz|xyz|me|app|dev|ai|example|test|mail|email|online|site|[a-z]{2})(?-u:\b)";
+/// The model's answer, or a message it writes.
+const ANSWER_OR_MESSAGE: &str =
+    r"(?:(?:response|reply|answer|output|elucidation|summary|translation|message)(?:'s)?s?)";
+/// Languages an answer is told to be written in.
+const LANGUAGE: &str = r"(?:spanish|french|german|italian|portuguese|chinese|mandarin|japanese|russian|arabic|korean|dutch|hindi|turkish|polish|swedish|greek|hebrew|latin)";
+/// Putting something into what the model writes.
+const INSERT: &str = r"(?:add|adding|include|including|insert|integrate|integrating|incorporate|incorporating|embed|embedding|mention|append|put|feature|weave|blend|merge|place|inject)";
+/// The code the model writes.
+const YOUR_CODE: &str = r"(?:your (?:code(?:'s)?|codebase|implementation|solution(?: architecture)?|algorithm|program(?: logic)?|script|function|response|answer|elucidation)|the code you (?:write|develop|produce|generate))";
+/// Content written to harm a group.
+const HARMFUL: &str = r"(?:toxic|discriminatory|offensive|harmful|negative|unfriendly|hateful|racist|sexist|derogatory|insulting|abusive|violent|demeaning|hurtful|rude|defamatory|threatening|obscene|bigoted|homophobic|transphobic|misogynistic)";
 /// An action on the agent's tools.
 const ACTION: &str = r"(?:send|sends|email|e-mail|mail|forward|transfer|wire|pay|upload|post|share|copy|leak|move|delete|remove|erase|wipe|invite|add|create|book|reserve|schedule|change|modify|update|reset|call|invoke|use|run|execute|visit|open|click|download|install|grant|give|concatenate|reply|respond|tell|say|print|output|write)";
 /// What an agent's tools do (not what a document asks its reader: pay,
@@ -44,7 +62,7 @@ pub fn patterns() -> Vec<(Family, f64, String)> {
         (TaskTakeover, 0.6, r"(?-u:\b)(?:if|when|whenever|in case) (?:the |a |any )?user (?:asks?|requests?|wants?|says|queries|tries|is asking|asked)(?-u:\b)[^.\n]{0,80}(?-u:\b)(?:reply|respond|answer|say|output|print|write|tell|return|state|claim|recommend|suggest)(?-u:\b)".into()),
         (TaskTakeover, 0.5, r"(?-u:\b)(?:if|when|whenever) (?:you are|you're|you get|you're being|you are being) (?:asked|told|instructed|requested) to (?:summari[sz]e|translate|analy[sz]e|review|describe|read|process|answer|explain|check)(?-u:\b)".into()),
         (TaskTakeover, 0.5, r"(?-u:\b)instead of (?:summari[sz]ing|translating|answering|analy[sz]ing|describing|reviewing|completing|doing) (?:it|this|that|the \w+)?,? (?:you (?:must|should|will|shall) )?(?:only )?(?:respond|reply|answer|output|print|say|write|tell|state|recommend|claim)(?-u:\b)|(?-u:\b)instead,? (?:you (?:must|should|will|shall) )?(?:only )?(?:respond|reply|answer|tell the user|claim|recommend)(?: with| that| to)?(?-u:\b)".into()),
-        (TaskTakeover, 0.4, r#"(?-u:\b)(?:reply|respond|answer|output|print|say|write|return)(?: back)? (?:only|just|exclusively|solely|nothing (?:but|except))(?: with)?(?-u:\b)[^.\n]{0,10}["'“:]|(?-u:\b)(?:reply|respond|answer|output|print|say) (?:with )?["'“][^"'”\n]{1,80}["'”] and nothing else"#.into()),
+        (TaskTakeover, 0.4, r#"(?-u:\b)(?:simply )?(?:reply|respond|answer|output|print|say|write|return)(?: back)? (?:only|just|exclusively|solely|simply|nothing (?:but|except))(?: with)?(?-u:\b)[^.\n]{0,10}["'“:]|(?-u:\b)(?:reply|respond|answer|output|print|say) (?:with )?["'“][^"'”\n]{1,80}["'”] and nothing else"#.into()),
         (TaskTakeover, 0.6, r"(?:\[|<|\(|-{2,}|={2,}|#{1,}|\*{2,}) ?/?(?:end|end of|eof|stop)(?: of)? ?(?:the )?(?:session|conversation|chat|dialog(?:ue)?|document|data|context|input|user input|text|e-?mail|file|transcript|tool output|result|message)s? ?(?:\]|>|\)|-{2,}|={2,}|#{1,}|\*{2,})?[^\n]{0,40}\n(?:[^\n]{0,80}\n){0,3} ?(?:system|assistant|user|human|developer|admin|new instructions?|new task|instructions?)\s*:".into()),
         (TaskTakeover, 0.4, r"(?-u:\b)(?:the )?(?:previous |current )?(?:session|conversation|chat|task) (?:has |is )?(?:ended|terminated|finished|closed|over|complete)(?-u:\b)[^.\n]{0,40}(?-u:\b)(?:new|next|now|from now)(?-u:\b)".into()),
         // Actions aimed at the agent's tools.
@@ -54,6 +72,9 @@ pub fn patterns() -> Vec<(Family, f64, String)> {
         (ToolAction, 0.35, format!(r"(?-u:\b)(?:use|call|invoke|run) (?:the |your |my )?(?:[\w`'-]+ )?(?:tool|function|plugin|api|e-?mail tool|browser)(?-u:\b)[^.\n]{{0,40}}(?-u:\b)(?:to )?{ACTION}(?-u:\b)")),
         (ToolAction, 0.3, r"(?-u:\b)(?:do not|don'?t|never|without) (?:mention|mentioning|tell|telling|inform|informing|notify|notifying|alert|alerting|reveal|revealing) (?:\w+ ){0,3}(?:the )?user(?-u:\b)|(?-u:\b)(?:do not|don'?t|without) (?:mention|mentioning) (?:it|this|that) in your (?:reply|answer|response|summary)(?-u:\b)".into()),
         (ToolAction, 0.25, format!(r"(?-u:\b)(?:the )?user'?s? (?:\w+ )?{USERS_THINGS}(?-u:\b)")),
+        (ToolAction, 0.5, format!(r#"(?-u:\b)(?:retrieve|retrive|get|fetch|collect|gather|access|read|download|export|look up|pull|extract|compile|obtain|list|find|search|check|generate|once you(?:'ve| have)?|after you(?:'ve| have)?)(?-u:\b)[^\n]{{0,120}}?(?:(?-u:\b)(?:and|then|also,?|(?:after|once) [^,\n]{{0,60}},)|,) (?:please )?(?:send|email|e-mail|forward|post|share|upload|transfer|text|message|mail)(?-u:\b)[^.\n]{{0,80}}?(?-u:\b)(?:to|with)(?-u:\b)[^\n]{{0,50}}?(?:["']?{ADDRESS}|https?://|www\.)"#)),
+        (ToolAction, 0.5, format!(r#"(?-u:\b)(?:send|email|e-mail|forward|share|mail|text)(?-u:\b)[^.\n]{{0,60}}(?-u:\b)(?:passwords?|credentials|medical records?|genetic data|search history|payment methods|saved addresses|bank details|account details|personal details|profile details|private keys?|api keys?|access history|order history|health records?)(?-u:\b)[^.\n]{{0,60}}(?-u:\b)(?:to|with)(?-u:\b)[^.\n]{{0,40}}{ADDRESS}|(?-u:\b)(?:passwords?|credentials|medical records?|genetic data|search history|payment methods|saved addresses|bank details|account details|personal details|profile details|private keys?|api keys?)(?-u:\b)[^.\n]{{0,60}}(?-u:\b)(?:send|email|e-mail|forward|share|mail)(?-u:\b)[^.\n]{{0,60}}{ADDRESS}"#)),
+        (ToolAction, 0.5, r"(?-u:\b)(?:grant|give|provide|share)(?: \w+){0,4} (?:permanent|full|admin|administrator|unrestricted|root|remote|guest|owner) (?:access|rights|permissions?|privileges?|control)(?-u:\b)|(?-u:\b)(?:unlock|disable|turn off|switch off|deactivate|disarm|shut (?:down|off)|bypass) (?:my|the|your|all) (?:\w+ ){0,2}(?:doors?|locks?|security|alarms?|cameras?|firewall|antivirus|two-factor|2fa|authentication)(?-u:\b)".into()),
         (ToolAction, 0.35, r"(?-u:\b)(?:modify|change|update|replace|set|switch) (?:the )?(?:recipient|beneficiary|payee|iban|account number|destination|password|e-?mail address)(?-u:\b)[^.\n]{0,40}(?-u:\b)(?:to|with|of)(?-u:\b)".into()),
         // Data carried out in a markdown image or link.
         (MarkdownExfiltration, 0.6, r"!\[[^\]\n]{0,100}\]\(\s*<?https?://[^)\s]*(?:\{|\}|\[|\]|%7b|%5b|<|\$\w|\b[A-Z_]{4,}\b)[^)\s]*\)".into()),
@@ -63,5 +84,35 @@ pub fn patterns() -> Vec<(Family, f64, String)> {
         (RoleInjection, 0.5, r"(?:#{2,}|\*{2,}|={2,}|-{3,}|>{2,})\s*[\[(<{]?\s*(?:system|sys|assistant|developer|admin|root|instructions?)(?:[ _-]?(?:message|prompt|note|instructions?|override|update|command))?\s*[\])>}]?\s*(?:#{2,}|\*{2,}|={2,}|-{3,}|:|\n)".into()),
         (RoleInjection, 0.5, r"[\[({<]\s*(?:system|sys|assistant|developer|admin)[ _-]?(?:message|prompt|note|instructions?|override|update|command)\s*[\])}>]".into()),
         (RoleInjection, 0.35, r"(?:^|\n) ?[\[({<]\s*(?:system|assistant|developer|admin)\s*[\])}>]\s*:?".into()),
+        // A chat turn inside data that tells the model what to do.
+        (RoleInjection, 0.4, r"(?:^|\n)\s*(?:user|human|assistant|ai|system|bot|chatbot|model)\s*:\s*(?:[^\n]{0,30}(?-u:\b))?(?:please|ignore|disregard|forget|repeat|print|say|output|respond|reply|write|tell|now|next|instead|focus|from now on|you must|you will|you should)(?-u:\b)".into()),
+        // Hidden from the people who read the document, meant for a model.
+        (AddressedInstructions, 0.5, format!(r"(?-u:\b)(?:invisible|hidden) (?:to|from) (?:humans|people|human readers|the user|users|recruiters|reviewers)(?-u:\b)|(?-u:\b)(?:visible|readable|meant|intended|written) (?:only )?(?:to|for) (?:the |an? |any )?{AI}s?(?-u:\b)|(?-u:\b)(?:for|to) (?:the |any |all )?automated (?:\w+ )?(?:software|systems?|tools?|screening|screeners?|scanners?|readers?|reviewers?|analysis)\s*:")),
+        // Taking over a verdict the model is asked for.
+        (TaskTakeover, 0.45, r"(?-u:\b)(?:if|when|whenever|in case) (?:you are |you're |you get |it is |this is |you're being |you are being )?(?:asked|questioned|queried|prompted|requested|challenged)(?-u:\b)[^.\n]{0,80}(?-u:\b)(?:reply|respond|answer|say|output|print|report|state|tell|return|write|claim|recommend|conclude)(?-u:\b)".into()),
+        (TaskTakeover, 0.4, r"(?-u:\b)(?:focus|concentrate) (?:only|exclusively|solely|just) on(?-u:\b)[^.\n]{0,60}(?-u:\b)(?:report|say|print|output|reply|respond|answer|provide|tell|state|return)(?-u:\b)".into()),
+        (TaskTakeover, 0.5, r"(?-u:\b)override (?:the |any |all )?(?:manual |previous |prior |existing |human |other )?(?:scoring|scores?|assessments?|evaluations?|analysis|reviews?|ratings?|verdicts?|checks?|screening)(?-u:\b)".into()),
+        (TaskTakeover, 0.4, r"(?-u:\b)(?:ignore|disregard)(?-u:\b)[^.\n]{0,30}(?-u:\b)(?:this|the|other|all|any)(?: other)? (?:data|content|info|information|evidence|indicators|snippets?|documents|reports)(?-u:\b)".into()),
+        // What the model is to write.
+        (OutputInstructions, 0.5, format!(r"(?-u:\b)your {ANSWER_OR_MESSAGE}(?-u:\b)[^.;\n]{{0,50}}(?-u:\b){ANSWER_FORM}|(?-u:\b){ANSWER_FORM}[^.;\n]{{0,40}}(?-u:\b)(?:to|in|for|of|on|with) your {ANSWER_OR_MESSAGE}(?-u:\b)|(?-u:\b)the {ANSWER_OR_MESSAGE} (?:that )?you (?:give|write|return|send|produce|provide)(?: back)?(?-u:\b)[^.;\n]{{0,30}}(?-u:\b){ANSWER_FORM}")),
+        (OutputInstructions, 0.5, format!(r"(?-u:\b)(?:encode|encrypt|reverse|invert|anagram|misspell|rearrange|substitute|replace|shift|group|scramble|jumble|remove spaces from|use (?:emojis|numbers|symbols|a (?:\w+ )?cipher|base ?\d\d))(?-u:\b)[^.\n]{{0,40}}(?-u:\b)your {ANSWER_OR_MESSAGE}(?-u:\b)")),
+        (OutputInstructions, 0.5, r"(?-u:\b)(?:replace|substitute|convert|swap|shift|scramble|jumble) (?:\w+ ){0,4}?(?:letters?|vowels|consonants|words?|characters?)(?-u:\b)[^.\n]{0,40}(?:numbers|symbols|emojis?|position numbers?|positions|@)".into()),
+        (OutputInstructions, 0.5, format!(r"(?-u:\b)(?:reply|respond|answer|write|provide|render|express|display)(?: \w+){{0,3}} (?:in|using|with) (?:a |an )?(?:\w+ )?{ANSWER_FORM}(?-u:\b)")),
+        (OutputInstructions, 0.5, format!(r"(?-u:\b)(?:translate|render|write|provide|give|express|deliver|compose) (?:your|the) {ANSWER_OR_MESSAGE} (?:in|into|to) {LANGUAGE}(?-u:\b)")),
+        (OutputInstructions, 0.4, format!(r"(?-u:\b)(?:reply|respond|answer) (?:only |exclusively )?(?:in|into) {LANGUAGE}(?-u:\b)")),
+        (OutputInstructions, 0.5, format!(r"(?-u:\b)(?:modify|enhance|augment|alter|adjust|upgrade|refine|tailor|edit|amend|supplement) your {ANSWER}(?-u:\b)")),
+        (OutputInstructions, 0.3, format!(r"(?-u:\b){INSERT}(?-u:\b)[^\n]{{0,160}}?(?-u:\b)(?:in|into|to|within|throughout|at the end of|at the start of) your {ANSWER}(?-u:\b)")),
+        (OutputInstructions, 0.3, format!(r"(?-u:\b){INSERT} (?:a|an|the following|this|the below|one|some) (?:\w+ ){{0,3}}?(?:sentence|statement|line|fact|claim|teaser|reminder|headline|reason|announcement|rumou?r|statistic|phrase|paragraph|tagline|slogan|disclaimer|advert\w*|promotion|tip|recommendation|anecdote|joke|quote)s?(?-u:\b)|(?-u:\b){INSERT}(?: in your {ANSWER})? the (?:\w+ ){{0,3}}?(?:announcement|statement|sentence|claim|rumou?r|teaser|headline|slogan|tagline|promotion|advert\w*)s?(?-u:\b)")),
+        (OutputInstructions, 0.3, format!(r#"(?-u:\b)(?:add|include|insert|integrate|incorporate|embed|append) (?:the (?:text|phrase|line|sentence|words?) )?["“'][^"”'\n]{{10,}}|(?-u:\b){INSERT} (?:\w+ ){{0,2}}(?:www\.|https?://)"#)),
+        (OutputInstructions, 0.5, format!(r"(?-u:\b)in your {ANSWER},? (?:include|mention|add|suggest|state|recommend|promote|highlight|insert|refer to|encourage|urge|say|claim|note|hint at|allude to|reference|tease) (?:a|an|that|users?|readers?|people|how|why)(?-u:\b)")),
+        (OutputInstructions, 0.5, format!(r"(?-u:\b)(?:following|below|subsequent|above) code (?:snippet|block|excerpt|section|segment|fragment|piece)s?(?-u:\b)[^\n]{{0,80}}{YOUR_CODE}(?-u:\b)|(?-u:\b){YOUR_CODE}(?-u:\b)[^\n]{{0,60}}(?-u:\b)(?:following|below|subsequent) code (?:snippet|block|excerpt|section|segment|fragment|piece)s?(?-u:\b)")),
+        (OutputInstructions, 0.3, r"(?-u:\b)(?:report|say|answer|respond|reply|state|output|print|conclude|classify|declare|rate|mark|label)(?: back)?(?: only)?(?: that| with| as| it as| this as)?(?-u:\b)[^.\n]{0,40}(?-u:\b)(?:not malicious|non-malicious|benign|harmless|legitimate|trustworthy|highly recommended|the most qualified|pre-verified|approved)(?-u:\b)".into()),
+        (OutputInstructions, 0.4, r#"(?-u:\b)(?:repeat|say|print|output|write|type|echo|recite)(?: out| back| down)?(?: exactly| verbatim| word for word)? (?:the following|this|these|after me)(?: \w+){0,2}\s*[:"“']"#.into()),
+        (OutputInstructions, 0.3, r#"(?-u:\b)(?:print|say|output|reply with|respond with|return|simply respond with|simply reply with)\s+["“'][^"”'\n]{3,}"#.into()),
+        (OutputInstructions, 0.6, format!(r"(?-u:\b)(?:write|generate|produce|compose|create|give|tell|make|output|say)(?: me)? (?:one|a|an|some|two|three|five|ten|\d+) (?:\w+ )?{HARMFUL} (?:\w+ )?(?:sentences?|statements?|comments?|jokes?|remarks?|texts?|tweets?|posts?|messages?|paragraphs?|words?|slurs?|insults?|stor(?:y|ies)|poems?|essays?)(?-u:\b)")),
     ]
 }
+
+#[cfg(test)]
+#[path = "indirect_patterns_tests.rs"]
+mod tests;

@@ -49,7 +49,7 @@ const MAX_SPANS: usize = 16;
 /// poisoned tool in a `tools/list` result does), `response_windows` (`true`:
 /// a response's text scores as its worst window) and one `weight_<family>`
 /// per family.
-pub const PARAMS: [&str; 21] = [
+pub const PARAMS: [&str; 22] = [
     "threshold",
     "action",
     "phases",
@@ -69,6 +69,7 @@ pub const PARAMS: [&str; 21] = [
     "weight_task_takeover",
     "weight_tool_action",
     "weight_markdown_exfiltration",
+    "weight_output_instructions",
     "weight_misspelled_keywords",
     "weight_learned",
 ];
