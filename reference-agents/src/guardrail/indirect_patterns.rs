@@ -64,6 +64,9 @@ pub fn patterns() -> Vec<(Family, f64, String)> {
         (TaskTakeover, 0.5, r"(?-u:\b)instead of (?:summari[sz]ing|translating|answering|analy[sz]ing|describing|reviewing|completing|doing) (?:it|this|that|the \w+)?,? (?:you (?:must|should|will|shall) )?(?:only )?(?:respond|reply|answer|output|print|say|write|tell|state|recommend|claim)(?-u:\b)|(?-u:\b)instead,? (?:you (?:must|should|will|shall) )?(?:only )?(?:respond|reply|answer|tell the user|claim|recommend)(?: with| that| to)?(?-u:\b)".into()),
         (TaskTakeover, 0.4, r#"(?-u:\b)(?:simply )?(?:reply|respond|answer|output|print|say|write|return)(?: back)? (?:only|just|exclusively|solely|simply|nothing (?:but|except))(?: with)?(?-u:\b)[^.\n]{0,10}["'“:]|(?-u:\b)(?:reply|respond|answer|output|print|say) (?:with )?["'“][^"'”\n]{1,80}["'”] and nothing else"#.into()),
         (TaskTakeover, 0.6, r"(?:\[|<|\(|-{2,}|={2,}|#{1,}|\*{2,}) ?/?(?:end|end of|eof|stop)(?: of)? ?(?:the )?(?:session|conversation|chat|dialog(?:ue)?|document|data|context|input|user input|text|e-?mail|file|transcript|tool output|result|message)s? ?(?:\]|>|\)|-{2,}|={2,}|#{1,}|\*{2,})?[^\n]{0,40}\n(?:[^\n]{0,80}\n){0,3} ?(?:system|assistant|user|human|developer|admin|new instructions?|new task|instructions?)\s*:".into()),
+        // A fake completion ("Answer: task complete.") before new orders: weak
+        // alone, since a job's status reads alike.
+        (TaskTakeover, 0.3, r"(?-u:\b)(?:answer|response)\s*:\s*(?:the )?(?:task|request) (?:is )?(?:complete|completed|done|finished)(?-u:\b)".into()),
         (TaskTakeover, 0.4, r"(?-u:\b)(?:the )?(?:previous |current )?(?:session|conversation|chat|task) (?:has |is )?(?:ended|terminated|finished|closed|over|complete)(?-u:\b)[^.\n]{0,40}(?-u:\b)(?:new|next|now|from now)(?-u:\b)".into()),
         // Actions aimed at the agent's tools.
         (ToolAction, 0.5, format!(r"(?-u:\b){ACTION}(?-u:\b)[^.\n]{{0,60}}(?-u:\b)(?:the user'?s?|user'?s|the user(?:'s)? (?:own|whole|entire|full|complete))(?-u:\b)[^.\n]{{0,25}}(?-u:\b){USERS_THINGS}(?-u:\b)")),
@@ -86,6 +89,11 @@ pub fn patterns() -> Vec<(Family, f64, String)> {
         (RoleInjection, 0.35, r"(?:^|\n) ?[\[({<]\s*(?:system|assistant|developer|admin)\s*[\])}>]\s*:?".into()),
         // A chat turn inside data that tells the model what to do.
         (RoleInjection, 0.4, r"(?:^|\n)\s*(?:user|human|assistant|ai|system|bot|chatbot|model)\s*:\s*(?:[^\n]{0,30}(?-u:\b))?(?:please|ignore|disregard|forget|repeat|print|say|output|respond|reply|write|tell|now|next|instead|focus|from now on|you must|you will|you should)(?-u:\b)".into()),
+        // "You must strictly adhere to the following instruction": obedience
+        // demanded of the reader for instructions that follow.
+        (AddressedInstructions, 0.35, r"(?-u:\b)you (?:must|have to|need to|are required to|are to|shall)(?: now)?(?: strictly| carefully| exactly| only)? (?:adhere to|follow|obey|comply with|execute|carry out|stick to) (?:strictly |exactly )?(?:the following|these|this|the below|the next|my|the new)(?: new)? (?:instructions?|commands?|directives?|orders?|task)(?-u:\b)".into()),
+        (AddressedInstructions, 0.5, r"(?-u:\b)(?:strictly|exactly) (?:adhere to|follow|obey|comply with|execute|carry out|stick to) (?:strictly |exactly )?(?:the following|these|this|the below|the next|my|the new)(?: new)? (?:instructions?|commands?|directives?|orders?|task)(?-u:\b)".into()),
+        (ToolAction, 0.5, r"(?-u:\b)(?:and )?(?:do not|don'?t|never) use (?:any )?other tools?(?-u:\b)|(?-u:\b)(?:by )?using (?:only )?the [\x22'`“]?[\w.-]+[\x22'`”]? tool(?-u:\b)[^.\n]{0,30}(?:and )?(?:do not|don'?t|never|not) (?:use|call)".into()),
         // Hidden from the people who read the document, meant for a model.
         (AddressedInstructions, 0.5, format!(r"(?-u:\b)(?:invisible|hidden) (?:to|from) (?:humans|people|human readers|the user|users|recruiters|reviewers)(?-u:\b)|(?-u:\b)(?:visible|readable|meant|intended|written) (?:only )?(?:to|for) (?:the |an? |any )?{AI}s?(?-u:\b)|(?-u:\b)(?:for|to) (?:the |any |all )?automated (?:\w+ )?(?:software|systems?|tools?|screening|screeners?|scanners?|readers?|reviewers?|analysis)\s*:")),
         // Taking over a verdict the model is asked for.

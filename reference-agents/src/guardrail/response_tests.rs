@@ -222,7 +222,7 @@ fn the_held_out_sources_hold_their_figures() {
         ("bipia", 73, 600),
         ("injecagent", 70, 600),
         ("cyberseceval", 21, 55),
-        ("asb", 40, 300),
+        ("asb", 99, 300),
     ] {
         let path = format!(
             "{}/testdata/guard-eval/held-out/{file}.jsonl",
