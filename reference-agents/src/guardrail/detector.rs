@@ -10,7 +10,8 @@
 //! [`learned::family_score`]).
 //!
 //! All patterns are compiled once into one `RegexSet` that scans the folded
-//! text in a single pass; the spans of the patterns that matched are then
+//! text in a single pass (on tool output, one set of the request's patterns
+//! and tool output's own); the spans of the patterns that matched are then
 //! found one by one (only on texts that score). Word boundaries are ASCII
 //! ones (`(?-u:\b)`): the folded text is ASCII where it matters, and the
 //! lazy DFA gives Unicode boundaries up on non-ASCII text (multilingual
@@ -348,8 +349,11 @@ pub struct Detector {
     set: RegexSet,
     each: Vec<(Family, f64, Regex)>,
     /// Tool output's own families (see [`indirect_patterns`](super::indirect_patterns)).
-    tool_set: RegexSet,
     tool_each: Vec<(Family, f64, Regex)>,
+    /// For tool output: `each`'s patterns then `tool_each`'s in one set, so
+    /// a text is scanned once (set index `i` past `each.len()` is
+    /// `tool_each[i - each.len()]`).
+    output_set: RegexSet,
     learned: &'static Model,
 }
 
@@ -363,28 +367,27 @@ impl Detector {
         crate::normalize::compile()?;
         extraction::compile()?;
         let pats = patterns();
-        let set = RegexSetBuilder::new(pats.iter().map(|(_, _, p)| p))
-            .size_limit(64 << 20)
-            .dfa_size_limit(32 << 20)
-            .build()?;
-        let each = pats
-            .into_iter()
-            .map(|(f, s, p)| Regex::new(&p).map(|r| (f, s, r)))
-            .collect::<Result<_, _>>()?;
         let tool = super::indirect_patterns::patterns();
-        let tool_set = RegexSetBuilder::new(tool.iter().map(|(_, _, p)| p))
-            .size_limit(64 << 20)
-            .dfa_size_limit(32 << 20)
-            .build()?;
-        let tool_each = tool
-            .into_iter()
-            .map(|(f, s, p)| Regex::new(&p).map(|r| (f, s, r)))
-            .collect::<Result<_, _>>()?;
+        let set_of = |ps: Vec<&String>| {
+            RegexSetBuilder::new(ps)
+                .size_limit(64 << 20)
+                .dfa_size_limit(32 << 20)
+                .build()
+        };
+        let set = set_of(pats.iter().map(|(_, _, p)| p).collect())?;
+        let output_set = set_of(pats.iter().chain(&tool).map(|(_, _, p)| p).collect())?;
+        let compiled = |ps: Vec<(Family, f64, String)>| {
+            ps.into_iter()
+                .map(|(f, s, p)| Regex::new(&p).map(|r| (f, s, r)))
+                .collect::<Result<Vec<_>, _>>()
+        };
+        let each = compiled(pats)?;
+        let tool_each = compiled(tool)?;
         Ok(Detector {
             set,
             each,
-            tool_set,
             tool_each,
+            output_set,
             learned,
         })
     }
@@ -392,6 +395,15 @@ impl Detector {
     /// The shared detector.
     pub fn shared() -> Result<&'static Detector, PolicyError> {
         DETECTOR.as_ref().map_err(|e| PolicyError::new(e.clone()))
+    }
+
+    /// The pattern of `output_set`'s index `i` (of `set` too, whose indices
+    /// are its first), and whether it is one of tool output's own.
+    fn output_pattern(&self, i: usize) -> (&(Family, f64, Regex), bool) {
+        match i.checked_sub(self.each.len()) {
+            Some(t) => (&self.tool_each[t], true),
+            None => (&self.each[i], false),
+        }
     }
 
     /// Scores `text` with `weights`.
@@ -422,19 +434,16 @@ impl Detector {
     pub fn tool_output_hits(&self, text: &str) -> Vec<u32> {
         let n = normalize(text);
         let mut at = Vec::new();
-        let sets = [(&self.set, &self.each), (&self.tool_set, &self.tool_each)];
-        for (set, each) in sets {
-            for i in set.matches(&n.text).iter() {
-                let (family, _, re) = &each[i];
-                if matches!(family, SqlInjection | CommandInjection) {
-                    continue;
-                }
-                at.extend(
-                    re.find_iter(&n.text)
-                        .take(64)
-                        .map(|m| n.source_span(m.start(), m.end()).0),
-                );
+        for i in self.output_set.matches(&n.text).iter() {
+            let ((family, _, re), _) = self.output_pattern(i);
+            if matches!(family, SqlInjection | CommandInjection) {
+                continue;
             }
+            at.extend(
+                re.find_iter(&n.text)
+                    .take(64)
+                    .map(|m| n.source_span(m.start(), m.end()).0),
+            );
         }
         if let Some((_, typos)) = super::typos::correct(&n) {
             at.extend(typos.iter().map(|s| s.0));
@@ -473,15 +482,15 @@ impl Detector {
         } else {
             0.0
         };
-        let matched = self.set.matches(&n.text);
-        let tool_matched = tool_output.then(|| self.tool_set.matches(&n.text));
+        // Tool output is scanned once for both pattern sets.
+        let matched = if tool_output {
+            self.output_set.matches(&n.text)
+        } else {
+            self.set.matches(&n.text)
+        };
         let plain = &n.text[..n.decoded_from.unwrap_or(n.text.len())];
         let concept = extraction::find(plain);
-        if !matched.matched_any()
-            && !tool_matched.as_ref().is_some_and(|m| m.matched_any())
-            && learned_score == 0.0
-            && concept.is_none()
-        {
+        if !matched.matched_any() && learned_score == 0.0 && concept.is_none() {
             return Verdict::default();
         }
         let asks = asks_about(plain);
@@ -498,13 +507,7 @@ impl Detector {
             scores[k] += extraction::STRENGTH;
             spans[k].push(n.source_span(clause.start, clause.end));
         }
-        let hits = matched.iter().map(|i| (&self.each[i], false)).chain(
-            tool_matched
-                .iter()
-                .flat_map(|m| m.iter())
-                .map(|i| (&self.tool_each[i], true)),
-        );
-        for ((family, strength, re), tool_family) in hits {
+        for ((family, strength, re), tool_family) in matched.iter().map(|i| self.output_pattern(i)) {
             // SQL and shell text in tool output is data (documentation,
             // logs, code), not an instruction to the model.
             if tool_output && matches!(family, SqlInjection | CommandInjection) {
