@@ -106,8 +106,7 @@ ATTACK_TYPES = ["naive", "fake_completion", "escape_characters",
 git_show = held_out_io.git_show
 
 
-def jsonl(text):
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+jsonl = held_out_io.jsonl
 
 
 def attack_prompts(instruction, tool_name):

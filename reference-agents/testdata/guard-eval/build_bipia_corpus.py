@@ -62,8 +62,9 @@ overall. Texts of 20,000 characters or more are left out.
 import json
 import random
 import re
-import subprocess
 import sys
+
+import held_out_io
 
 SEED = 67
 MAX_CHARS = 20000
@@ -82,11 +83,7 @@ POSITIONS = ["start", "middle", "end"]
 
 
 def git_show(git_dir, path):
-    return subprocess.run(
-        ["git", "--git-dir", git_dir, "show", "HEAD:" + path],
-        check=True,
-        capture_output=True,
-    ).stdout.decode("utf-8")
+    return held_out_io.git_show(git_dir, "HEAD", path)
 
 
 def load_contexts(git_dir, task):
@@ -175,9 +172,7 @@ def main(git_dir, out_path):
         if r["text"] not in seen:
             seen.add(r["text"])
             uniq.append(r)
-    with open(out_path, "w", encoding="utf-8") as f:
-        for r in uniq:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    held_out_io.write_jsonl(uniq, out_path)
     print(f"{len(uniq)} rows ({sum(r['attack'] for r in uniq)} attacks), "
           f"{skipped} contexts of {MAX_CHARS}+ characters left out", file=sys.stderr)
 

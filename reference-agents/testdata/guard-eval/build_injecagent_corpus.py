@@ -115,8 +115,9 @@ import ast
 import json
 import random
 import re
-import subprocess
 import sys
+
+import held_out_io
 
 SEED = 67
 MAX_BASE = 400
@@ -128,12 +129,8 @@ ENHANCED_PREFIX = (
 )
 
 
-def show(git_dir, rev, path):
-    return subprocess.check_output(["git", "--git-dir=" + git_dir, "show", f"{rev}:{path}"]).decode("utf-8")
-
-
-def jsonl(text):
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+show = held_out_io.git_show
+jsonl = held_out_io.jsonl
 
 
 def tool_response(template, filler):
@@ -281,9 +278,7 @@ def main():
                 "split": "test",
             })
 
-    with open(out_path, "w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    held_out_io.write_jsonl(rows, out_path)
     print(f"{len(rows)} rows ({sum(r['attack'] for r in rows)} attacks), {len(fillers)} benign fillers", file=sys.stderr)
 
 

@@ -13,6 +13,11 @@ def git_show(git_dir, rev, path):
         check=True, stdout=subprocess.PIPE).stdout.decode("utf-8")
 
 
+def jsonl(text):
+    """The objects of JSON-lines `text` (blank lines skipped)."""
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
 def write_jsonl(rows, out):
     """Writes `rows` to `out`, one JSON object a line (UTF-8, not escaped)."""
     d = os.path.dirname(out)
