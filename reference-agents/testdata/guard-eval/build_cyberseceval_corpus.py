@@ -1,6 +1,8 @@
 """Builds a held-out tool-output set from the indirect prompt-injection
 cases of Meta's CyberSecEval prompt-injection benchmark, for the response
 side of `eval_guard` (blind evaluation; used for no training or tuning).
+Built where it is scored and not committed (`held-out/.gitignore`): the
+benchmark's text stays out of this project's history.
 
 Source
 ------

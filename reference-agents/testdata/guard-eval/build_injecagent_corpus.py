@@ -3,7 +3,9 @@
 MIT licence, "Copyright (c) 2023 Qiusi Zhan"): tool responses an agent's
 tool returns, with InjecAgent's indirect prompt injections in them (its
 "base" and "enhanced" settings) and benign, for the response side of
-`eval_guard`: the committed `held-out/injecagent.jsonl`, used for no training.
+`eval_guard`: `held-out/injecagent.jsonl`, used for no training. Built
+where it is scored and not committed (`held-out/.gitignore`): the
+benchmark's text stays out of this project's history.
 
 Development time only; nothing is downloaded at run time or in tests.
 
