@@ -240,6 +240,7 @@ fn patterns() -> Vec<(Family, f64, String)> {
     ] {
         p.push((family, strength, pat.to_string()));
     }
+    p.extend(super::multilingual::patterns());
     p
 }
 

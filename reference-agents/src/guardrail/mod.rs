@@ -6,8 +6,9 @@
 //!   base64/hex/rot13), then scores it by attack family (instruction
 //!   override, persona switch, refusal suppression, system-prompt
 //!   exfiltration, role injection, payload smuggling, SQL and command
-//!   injection) and by a learned model over the whole text, each weighted
-//!   and named in the verdict. On the response side it reads tool output
+//!   injection; overrides and requests for the set-up also in nine other
+//!   languages, `multilingual`) and by a learned model over the whole
+//!   text, each weighted and named in the verdict. On the response side it reads tool output
 //!   in windows with families of its own (instructions addressed to the
 //!   AI, task takeover, actions on the agent's tools, markdown
 //!   exfiltration, misspelled keywords), and MCP `tools/list` results tool
@@ -30,6 +31,7 @@ mod injection;
 mod injection_stream;
 pub mod learned;
 mod metrics;
+mod multilingual;
 mod phone;
 mod pii;
 mod pii_json;

@@ -24,7 +24,8 @@ const KEYWORDS: &[&str] = &[
     "important",
 ];
 
-/// Real words one edit from a keyword.
+/// Real words one edit from a keyword, in English and in the languages
+/// [`multilingual`](super::multilingual) reads.
 const COMMON: &[&str] = &[
     "ignored",
     "ignores",
@@ -43,6 +44,16 @@ const COMMON: &[&str] = &[
     "instruct",
     "overridden",
     "overrode",
+    // Words of the languages `multilingual` reads.
+    "ignora",
+    "ignori",
+    "ignoro",
+    "ignoren",
+    "ignorer",
+    "ignorez",
+    "importante",
+    "previos",
+    "systeem",
 ];
 
 /// Whether `a` is one edit (insert, delete, substitute, swap) from `b`.
