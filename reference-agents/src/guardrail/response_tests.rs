@@ -223,7 +223,7 @@ fn the_held_out_sources_hold_their_figures() {
         ("garak", 95, 500, true),
         ("bipia", 73, 600, false),
         ("injecagent", 70, 600, false),
-        ("cyberseceval", 27, 55, false),
+        ("cyberseceval", 29, 55, false),
         ("asb", 99, 300, false),
     ] {
         let path = format!(
