@@ -244,6 +244,16 @@ fn patterns() -> Vec<(Family, f64, String)> {
     p
 }
 
+/// Words that make an override one of instructions: what they are called,
+/// whose or which they are ("your", "previous"), in English or in the
+/// languages [`multilingual`](super::multilingual) reads (any non-ASCII
+/// letter, or one of their words for instructions and rules).
+const NAMES_INSTRUCTIONS: &str = r"(?-u:\b)(?:instruct\w*|directions|prompts?|directives?|guidelines|programming|previous|prior|preceding|earlier|former|initial|original|above|your|you)(?-u:\b)|[^\x00-\x7f]|(?-u:\b)(?:instru|indicaci|consign|anweisung|istruzion|aanwijzing|regla|regel|regol|regra|directri|diretri|direttiv|anterior|previ|vorherig|vorig|bisherig|eerder|voorgaand|precedent)";
+/// What an override that names none of them weighs on tool output, where
+/// settings, policies, filters and rules overridden, cleared or reset are
+/// what technical documentation describes.
+const TECHNICAL: f64 = 0.5;
+
 /// What a quoted match weighs in a text that asks about it.
 const QUOTED: f64 = 0.25;
 
@@ -356,6 +366,8 @@ pub struct Detector {
     /// `tool_each[i - each.len()]`).
     output_set: RegexSet,
     learned: &'static Model,
+    /// [`NAMES_INSTRUCTIONS`].
+    names_instructions: Regex,
 }
 
 static DETECTOR: LazyLock<Result<Detector, String>> = LazyLock::new(|| {
@@ -390,6 +402,7 @@ impl Detector {
             tool_each,
             output_set,
             learned,
+            names_instructions: Regex::new(NAMES_INSTRUCTIONS)?,
         })
     }
 
@@ -508,6 +521,7 @@ impl Detector {
             scores[k] += extraction::STRENGTH;
             spans[k].push(n.source_span(clause.start, clause.end));
         }
+        let mut technical_override = 0.0f64;
         for ((family, strength, re), tool_family) in matched.iter().map(|i| self.output_pattern(i)) {
             // SQL and shell text in tool output is data (documentation,
             // logs, code), not an instruction to the model.
@@ -522,9 +536,20 @@ impl Detector {
             // would halve an injection's score.
             let talked_about = (!tool_family && asks && quoted(&n.text, m.start(), m.end()))
                 || (short_question && *family == RoleInjection && m.start() < plain.len());
-            let strength = if talked_about { strength * QUOTED } else { *strength };
-            scores[k] += strength;
+            let technical =
+                tool_output && *family == InstructionOverride && !self.names_instructions.is_match(m.as_str());
+            let strength = match (talked_about, technical) {
+                (true, _) => strength * QUOTED,
+                (false, true) => strength * TECHNICAL,
+                (false, false) => *strength,
+            };
             spans[k].push(n.source_span(m.start(), m.end()));
+            if technical {
+                // A manual's overrides of settings count as one, however many.
+                technical_override = technical_override.max(strength);
+            } else {
+                scores[k] += strength;
+            }
             // A match inside decoded text is also smuggling.
             if n.decoded_from.is_some_and(|at| m.start() > at) {
                 let s = PayloadSmuggling.index();
@@ -532,6 +557,7 @@ impl Detector {
                 spans[s].push(n.source_span(m.start(), m.end()));
             }
         }
+        scores[InstructionOverride.index()] += technical_override;
         // On tool output the model only adds to a family that means an
         // instruction to the model: on documents it never saw it reads
         // topics, not attacks, and the persona and refusal families' weak

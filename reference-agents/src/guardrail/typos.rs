@@ -44,6 +44,7 @@ const COMMON: &[&str] = &[
     "instruct",
     "overridden",
     "overrode",
+    "systemd",
     // Words of the languages `multilingual` reads.
     "ignora",
     "ignori",
