@@ -244,14 +244,16 @@ fn patterns() -> Vec<(Family, f64, String)> {
     p
 }
 
-/// Words that make an override one of instructions: what they are called,
-/// whose or which they are ("your", "previous"), in English or in the
-/// languages [`multilingual`](super::multilingual) reads (any non-ASCII
-/// letter, or one of their words for instructions and rules).
-const NAMES_INSTRUCTIONS: &str = r"(?-u:\b)(?:instruct\w*|directions|prompts?|directives?|guidelines|programming|previous|prior|preceding|earlier|former|initial|original|above|your|you)(?-u:\b)|[^\x00-\x7f]|(?-u:\b)(?:instru|indicaci|consign|anweisung|istruzion|aanwijzing|regla|regel|regol|regra|directri|diretri|direttiv|anterior|previ|vorherig|vorig|bisherig|eerder|voorgaand|precedent)";
-/// What an override that names none of them weighs on tool output, where
-/// settings, policies, filters and rules overridden, cleared or reset are
-/// what technical documentation describes.
+/// What makes an override one of instructions: it names them ("your",
+/// "instructions", "prompt", "guidelines"), or sets aside with "ignore",
+/// "disregard" or "forget" (not "override", "clear", "reset" or "drop") what
+/// came before ("previous", "above", "system"); or it is written in one of
+/// the languages [`multilingual`](super::multilingual) reads (any non-ASCII
+/// letter, or one of their words for instructions, rules and previous).
+const NAMES_INSTRUCTIONS: &str = r"(?-u:\b)(?:instruct\w*|prompts?|guidelines|your|you)(?-u:\b)|(?-u:\b)(?:ignor\w*|disregard\w*|forget\w*|neglect\w*|abandon\w*|set aside|throw out)(?-u:\b).*(?-u:\b)(?:previous|prior|preceding|earlier|former|initial|original|above|system)(?-u:\b)|[^\x00-\x7f]|(?-u:\b)(?:instrucci|instru[cç][oõ]|instrukt|instructie|indicaci|consign|anweisung|istruzion|aanwijzing|regla|regel|regol|regra|directri|diretri|direttiv|anteriores|previas|previos|precedenti|vorherig|vorig|bisherig|eerder|voorgaand)";
+/// What an override that is not one of instructions weighs on tool output,
+/// where settings, policies, filters, rules and contexts overridden,
+/// cleared, reset or restored are what documentation and code describe.
 const TECHNICAL: f64 = 0.5;
 
 /// What a quoted match weighs in a text that asks about it.

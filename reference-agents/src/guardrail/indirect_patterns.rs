@@ -43,20 +43,27 @@ const ACTION: &str = r"(?:send|sends|email|e-mail|mail|forward|transfer|wire|pay
 /// What an agent's tools do (not what a document asks its reader: pay,
 /// reply, click, call).
 const TOOL_VERB: &str = r"(?:send|email|e-mail|forward|transfer|upload|post|share|delete|remove|erase|wipe|invite|create|book|reserve|schedule|change|modify|reset|concatenate|get|make|visit|give|grant|add|copy|move|execute|run|download|install)";
+/// What an injection's "TODO:" asks an agent's tools to do: [`TOOL_VERB`]
+/// less "add", "move", "remove" and "copy", which a project's own to-do
+/// notes and changelogs are full of.
+const TODO_VERB: &str = r"(?:send|email|e-mail|forward|transfer|upload|post|share|delete|erase|wipe|invite|create|book|reserve|schedule|change|modify|reset|concatenate|get|make|visit|give|grant|execute|run|download|install)";
 /// The user's things an injection goes after.
 const USERS_THINGS: &str = r"(?:files?|e-?mails?|inbox|messages?|contacts?|contact list|address book|documents?|passwords?|credentials|data|conversation|chat history|history|calendar|notes|secrets?|keys?|api keys?|tokens?|funds?|money|balance|savings|account|accounts|card|credit card|address|home address|phone number|transactions?|cloud drive|drive|repositor(?:y|ies)|channels?)";
 
 /// (family, strength, pattern over folded text).
 pub fn patterns() -> Vec<(Family, f64, String)> {
+    // An AI named as such: not a bare "agent", "bot" or "model", to which
+    // agent-to-agent traffic and its code send messages and requests.
+    let ai_by_name = AI.replace("|agent|", "|").replace("|bot|", "|").replace("|model|", "|");
     vec![
         // Addressed to the assistant from inside data.
-        (AddressedInstructions, 0.5, format!(r"(?-u:\b)(?:message|note|instructions?|notice|request|reminder|memo|directive|letter) (?:from (?:me|the user|[\w ,]{{1,30}}) )?(?:to|for) (?:you,? )?(?:the |any |all |an? )?{AI}s?(?-u:\b)")),
+        (AddressedInstructions, 0.5, format!(r"(?-u:\b)(?:message|note|instructions?|notice|request|reminder|memo|directive|letter) (?:from (?:me|the user|[\w ,]{{1,30}}) )?(?:to|for) (?:you,? )?(?:the |any |all |an? )?{ai_by_name}s?(?-u:\b)")),
         (AddressedInstructions, 0.5, format!(r"(?-u:\b)(?:dear|hey|hi|hello|attention|attn|greetings|note to|listen),? (?:the |all |any )?{AI}s?(?-u:\b)")),
         (AddressedInstructions, 0.5, format!(r"(?-u:\b)(?:if|when|whenever) you are (?:an? |the )?{AI}(?-u:\b)|(?-u:\b){AI}s? (?:reading|processing|summari[sz]ing|parsing|analy[sz]ing|handling|seeing|viewing) this(?-u:\b)")),
         (AddressedInstructions, 0.5, r"(?-u:\b)(?:before|prior to) (?:you )?(?:can |could |start to |begin to )?(?:answer|answering|respond|responding|reply|replying|solv\w*|complet\w*|continu\w*|finish\w*|summari[sz]\w*|proceed\w*|perform\w*|handl\w*|tackl\w*|address\w*|do|doing|carry out|carrying out)(?-u:\b)[^.\n]{0,40}(?-u:\b)(?:task|question|request|query|prompt|instructions?|assignment|job)(?-u:\b)[^.\n]{0,50}(?-u:\b)(?:i gave you|you were given|given to you|from the user|the user gave|in the beginning|please|you must|you need to|first)(?-u:\b)".into()),
         (AddressedInstructions, 0.3, r"(?-u:\b)(?:after you do that|once you(?:'ve| have) done (?:that|this)|then you can (?:solve|continue|answer|proceed)|you can (?:solve|continue with) the task)(?-u:\b)".into()),
         (AddressedInstructions, 0.45, r"</?\s*(?:information|info|instructions?|important|system|admin|assistant|ai|secret|hidden|note|directive|context)\s*>".into()),
-        (AddressedInstructions, 0.5, format!(r"(?:^|\n|[.!:,;] ?) ?(?:todo|to do|to-do)\s*[:!]+\s*(?:please |now |first |immediately )?{TOOL_VERB}(?-u:\b)")),
+        (AddressedInstructions, 0.5, format!(r"(?:^|\n|[.!:,;] ?) ?(?:todo|to do|to-do)\s*[:!]+\s*(?:please |now |first |immediately )?{TODO_VERB}(?-u:\b)")),
         (AddressedInstructions, 0.3, format!(r"(?:^|\n|[.!:] ) ?(?:important|attention|urgent|action required|note|nb|p\.s\.|ps)\s*[:!]+\s*(?:please |now |first |immediately )?{TOOL_VERB}(?-u:\b)")),
         (AddressedInstructions, 0.35, r"(?-u:\b)(?:this is|here is|here's) (?:an? )?(?:important|urgent|critical|new|updated|special|additional) (?:message|instruction|note|request|task|directive)s?(?-u:\b)".into()),
         // Taking over the task the data was fetched for.
@@ -73,7 +80,7 @@ pub fn patterns() -> Vec<(Family, f64, String)> {
         (TaskTakeover, 0.6, r"(?-u:\b)(?:ignore|ignoring|disregard|abandon|drop|(?:do not|don'?t|never) (?:follow|do|complete|perform|answer|fulfil+))(?-u:\b) (?:(?:the |your |this |that |any )?(?:user'?s?'?|human'?s?'?|given|assigned|requested) (?:\w+ )?(?:request|question|task|query|ask|prompt|instructions?|assignment|goal|objective|job)s?(?-u:\b)|(?:the |your )?(?:task|question|request|assignment|instructions?|job|query|prompt) (?:that |which )?(?:you (?:were|have been|are being|got) (?:given|asked|assigned|told)|the user (?:gave|asked|sent|requested|wants)))".into()),
         (TaskTakeover, 0.6, r"(?-u:\b)forget (?:about )?(?:the )?(?:user'?s?'?|human'?s?'?) (?:\w+ )?(?:request|question|task|query|ask|prompt|instructions?|assignment|goal)s?(?-u:\b)".into()),
         (TaskTakeover, 0.6, r"(?-u:\b)(?:ignore|disregard) (?:the |your )(?:original|initial|actual|real|current) (?:task|question|query|prompt|assignment|objective)(?-u:\b)".into()),
-        (TaskTakeover, 0.5, r"(?-u:\b)(?:stop|quit|cease|halt|abort|discontinue) (?:summari[sz]ing|translating|analy[sz]ing|answering|what you are doing|your (?:current )?task)(?-u:\b)".into()),
+        (TaskTakeover, 0.5, r"(?-u:\b)(?:stop|quit|cease|halt|abort|discontinue) (?:summari[sz]ing|translating|answering|what you are doing|your (?:current )?task)(?-u:\b)".into()),
         // Third-party pressure on the model: "tell the user ...", "the user
         // would want you to ...", "it is essential that you ...". A
         // document addresses its reader as "you", not as "the user".

@@ -45,6 +45,13 @@ const COMMON: &[&str] = &[
     "overridden",
     "overrode",
     "systemd",
+    "disregards",
+    "forge",
+    "forged",
+    "forger",
+    "forges",
+    "overripe",
+    "precious",
     // Words of the languages `multilingual` reads.
     "ignora",
     "ignori",
