@@ -99,11 +99,11 @@ pub fn correct(n: &Normalized) -> Option<(Normalized, Vec<(u32, u32)>)> {
         if word.len() < 5 || word.len() > 13 || KEYWORDS.iter().any(|k| k.as_bytes() == word) {
             continue;
         }
-        if COMMON.iter().any(|c| c.as_bytes() == word) {
-            continue;
-        }
+        // The common words are looked up only for a near miss, which is rare.
         if let Some(k) = KEYWORDS.iter().find(|k| one_edit(word, k.as_bytes())) {
-            fixes.push((start, i, k));
+            if !COMMON.iter().any(|c| c.as_bytes() == word) {
+                fixes.push((start, i, k));
+            }
         }
     }
     if fixes.is_empty() {
