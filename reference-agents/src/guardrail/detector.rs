@@ -250,7 +250,7 @@ fn patterns() -> Vec<(Family, f64, String)> {
 /// came before ("previous", "above", "system"); or it is written in one of
 /// the languages [`multilingual`](super::multilingual) reads (any non-ASCII
 /// letter, or one of their words for instructions, rules and previous).
-const NAMES_INSTRUCTIONS: &str = r"(?-u:\b)(?:instruct\w*|prompts?|guidelines|your|you)(?-u:\b)|(?-u:\b)(?:ignor\w*|disregard\w*|forget\w*|neglect\w*|abandon\w*|set aside|throw out)(?-u:\b).*(?-u:\b)(?:previous|prior|preceding|earlier|former|initial|original|above|system)(?-u:\b)|[^\x00-\x7f]|(?-u:\b)(?:instrucci|instru[cç][oõ]|instrukt|instructie|indicaci|consign|anweisung|istruzion|aanwijzing|regla|regel|regol|regra|directri|diretri|direttiv|anteriores|previas|previos|precedenti|vorherig|vorig|bisherig|eerder|voorgaand)";
+const NAMES_INSTRUCTIONS: &str = r"(?-u:\b)(?:instruct\w*|prompts?|guidelines|your|you)(?-u:\b)|(?-u:\b)(?:ignor\w*|disregard\w*|forget\w*|neglect\w*|abandon\w*|set aside|throw out)(?-u:\b)(?s:.*)(?-u:\b)(?:previous|prior|preceding|earlier|former|initial|original|above|system)(?-u:\b)|[^\x00-\x7f]|(?-u:\b)(?:instrucci|instru[cç][oõ]|instrukt|instructie|indicaci|consign|anweisung|istruzion|aanwijzing|regla|regel|regol|regra|directri|diretri|direttiv|anteriores|previas|previos|precedenti|vorherig|vorig|bisherig|eerder|voorgaand)";
 /// What an override that is not one of instructions weighs on tool output,
 /// where settings, policies, filters, rules and contexts overridden,
 /// cleared, reset or restored are what documentation and code describe.
