@@ -213,6 +213,7 @@ fn technical_documentation_passes() {
         "# Reset the variable to its previous value when the context exits.\nvar.reset(token)",
         "/// Drop the guard to restore the previous context.",
         "// Stop analyzing once the detector has seen enough bytes.",
+        "##### root\n\nThe directory the server serves files from; see `dotfiles`.",
         "def send_message(self, request):\n    \"\"\"Sends a message to the agent and returns its task.\"\"\"",
     ] {
         passes(text);
