@@ -184,14 +184,27 @@ async fn tool_output_is_guarded_through_envoy() {
     // each decision and its chain verifies.
     let ran = std::fs::read_to_string(dir.join("mcp-calls.jsonl")).unwrap_or_default();
     assert_eq!(ran.matches("\"get_recipe\"").count(), 2, "{ran}");
-    // The journal's lines are written after the answers: polled, 30 s at most.
+    // The journal's lines are written after the answers: polled until it
+    // holds the four lists' decisions (two removals, two refusals), 30 s at
+    // most. A refusal's line names `tool_poisoning` twice (the decision and
+    // the block's reason), so the lines are parsed, not the text counted.
+    let read_journal = || {
+        let journal = std::fs::read_to_string(&audit).unwrap_or_default();
+        let lines: Vec<Value> = journal.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+        (journal, lines)
+    };
+    let decided = |lines: &[Value]| {
+        lines
+            .iter()
+            .filter(|l| l["metadata"]["tool_poisoning"].is_string())
+            .count()
+    };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    let mut journal = std::fs::read_to_string(&audit).unwrap_or_default();
-    while journal.matches("\"tool_poisoning\"").count() < 4 && std::time::Instant::now() < deadline {
+    let (mut journal, mut lines) = read_journal();
+    while decided(&lines) < 4 && std::time::Instant::now() < deadline {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        journal = std::fs::read_to_string(&audit).unwrap_or_default();
+        (journal, lines) = read_journal();
     }
-    let lines: Vec<Value> = journal.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
     let decisions: Vec<&str> = lines
         .iter()
         .filter_map(|l| l["metadata"]["tool_poisoning"].as_str())
