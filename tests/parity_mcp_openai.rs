@@ -10,8 +10,10 @@
 //! * OpenAI (`tests/openai/parity.py`): an injection in every place the
 //!   model reads text (chat messages as strings and parts, tool messages and
 //!   calls, Responses API input as a string and as items, instructions,
-//!   completions prompts), escaped and repeated, to a model stand-in that
-//!   records what the API documents the model is given; none reaches it.
+//!   completions prompts), escaped and repeated, and deep inside a long
+//!   document a tool returned, to a model stand-in that records what the
+//!   API documents the model is given; none reaches it, while a tool's
+//!   ordinary README (`curl ... | sh`, read as tool output) does.
 
 mod support;
 

@@ -14,6 +14,12 @@
 //!   string and every key, decoded. Nothing an agent could act on is
 //!   skipped because it sits under a name this reader does not know.
 //! * Anything else: the body as text (lossy UTF-8).
+//!
+//! [`body_parts`] reads the same text with what tools returned set apart:
+//! a chat document's tool results (`role: tool` and `function` messages,
+//! Responses `*_output` items and `mcp_call` outputs, Anthropic
+//! `tool_result` blocks), each on its own, for a guard that reads them as
+//! tool output.
 
 use serde_json::Value;
 
@@ -26,6 +32,7 @@ const SHAPE_KEYS: &[&str] = &[
     "type",
     "id",
     "tool_call_id",
+    "tool_use_id",
     "call_id",
     "detail",
     "format",
@@ -51,22 +58,61 @@ fn is_blob(s: &str) -> bool {
     s.starts_with("data:")
 }
 
-/// The content strings of a chat member, at any depth.
-fn content_strings(v: &Value, out: &mut String, depth: usize) {
+/// Whether a chat object is a tool's result as a whole: a tool or function
+/// message (chat completions), an item or block whose type ends in
+/// `_output` or `tool_result` (Responses `function_call_output`,
+/// `custom_tool_call_output`, ...; Anthropic `tool_result`,
+/// `web_search_tool_result`, `mcp_tool_result`, ...).
+fn is_tool_result(map: &serde_json::Map<String, Value>) -> bool {
+    let role = map.get("role").and_then(Value::as_str);
+    let kind = map.get("type").and_then(Value::as_str).unwrap_or("");
+    matches!(role, Some("tool" | "function")) || kind.ends_with("_output") || kind.ends_with("tool_result")
+}
+
+/// The members of an object that hold a tool's result while the rest does
+/// not: a Responses `mcp_call` item's `output` and `error` (its name and
+/// arguments are the model's own).
+fn result_members(map: &serde_json::Map<String, Value>) -> &'static [&'static str] {
+    match map.get("type").and_then(Value::as_str) {
+        Some("mcp_call") => &["output", "error"],
+        _ => &[],
+    }
+}
+
+/// The content strings of a chat member, at any depth. With `tools`, each
+/// tool result's strings go there, one string per result, instead of `out`.
+fn content_strings(v: &Value, out: &mut String, mut tools: Option<&mut Vec<String>>, depth: usize) {
     if depth > MAX_DEPTH {
         return;
     }
     match v {
         Value::String(s) if !is_blob(s) => push(out, s),
-        Value::Array(items) => items.iter().for_each(|i| content_strings(i, out, depth + 1)),
+        Value::Array(items) => items
+            .iter()
+            .for_each(|i| content_strings(i, out, tools.as_deref_mut(), depth + 1)),
         Value::Object(map) => {
+            if let Some(tools) = tools.as_deref_mut().filter(|_| is_tool_result(map)) {
+                let mut result = String::new();
+                content_strings(v, &mut result, None, depth + 1);
+                tools.push(result);
+                return;
+            }
             // An encoded source (`{"type": "base64", "data": ...}`).
             let encoded = map.get("type").and_then(Value::as_str) == Some("base64");
+            let results = result_members(map);
             for (k, child) in map {
                 let shape = SHAPE_KEYS.contains(&k.as_str()) && child.is_string();
                 let data = encoded && k == "data";
-                if !(shape || data) {
-                    content_strings(child, out, depth + 1);
+                if shape || data {
+                    continue;
+                }
+                match tools.as_deref_mut() {
+                    Some(tools) if results.contains(&k.as_str()) => {
+                        let mut result = String::new();
+                        content_strings(child, &mut result, None, depth + 1);
+                        tools.push(result);
+                    }
+                    tools => content_strings(child, out, tools, depth + 1),
                 }
             }
         }
@@ -101,10 +147,50 @@ pub fn chat_text(doc: &Value) -> Option<String> {
     for field in CHAT_FIELDS {
         if let Some(v) = obj.get(*field) {
             found = true;
-            content_strings(v, &mut out, 0);
+            content_strings(v, &mut out, None, 0);
         }
     }
     found.then_some(out)
+}
+
+/// A body's text with its tool results set apart ([`body_parts`]).
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct BodyParts {
+    /// Everything but the tool results: what [`body_text`] reads.
+    pub prompt: String,
+    /// Each tool result's text, in document order (a chat document's only).
+    pub tool_results: Vec<String>,
+}
+
+/// [`body_text`]'s reading of `body`, with a chat document's tool results
+/// set apart, one text per result. Nothing is dropped: the prompt and the
+/// results together hold every string `body_text` reads.
+pub fn body_parts(body: &[u8]) -> BodyParts {
+    let Ok(doc) = serde_json::from_slice::<Value>(body) else {
+        return BodyParts {
+            prompt: String::from_utf8_lossy(body).into_owned(),
+            tool_results: Vec::new(),
+        };
+    };
+    let Some(obj) = doc
+        .as_object()
+        .filter(|o| CHAT_FIELDS.iter().any(|f| o.contains_key(*f)))
+    else {
+        let mut prompt = String::new();
+        all_text(&doc, &mut prompt, 0);
+        return BodyParts {
+            prompt,
+            tool_results: Vec::new(),
+        };
+    };
+    let mut parts = BodyParts::default();
+    for field in CHAT_FIELDS {
+        if let Some(v) = obj.get(*field) {
+            content_strings(v, &mut parts.prompt, Some(&mut parts.tool_results), 0);
+        }
+    }
+    parts.tool_results.retain(|t| !t.is_empty());
+    parts
 }
 
 /// The text to inspect in a body: the chat fields when it is a chat
@@ -180,5 +266,52 @@ mod tests {
         let image = serde_json::json!({"system": "eight", "messages": [{"role": "user", "content": [
             {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo"}}]}]});
         assert_eq!(chat_text(&image).unwrap(), "eight");
+    }
+
+    #[test]
+    fn tool_results_are_set_apart_in_every_shape() {
+        let chat = br#"{"model": "m", "messages": [
+            {"role": "system", "content": "one"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"q\":\"two\"}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": "three"}]},
+            {"role": "function", "name": "g", "content": "four"}
+        ]}"#;
+        let p = body_parts(chat);
+        assert_eq!(p.prompt, "one\n{\"q\":\"two\"}\nf");
+        assert_eq!(p.tool_results, ["three", "four\ng"]);
+        let responses = br#"{"instructions": "five", "input": [
+            {"type": "function_call_output", "call_id": "x", "output": "six"},
+            {"type": "custom_tool_call_output", "call_id": "y", "output": [{"type": "input_text", "text": "seven"}]},
+            {"type": "mcp_call", "id": "m", "name": "search", "arguments": "{}", "server_label": "s", "output": "eight", "error": null},
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "nine"}]}
+        ]}"#;
+        let p = body_parts(responses);
+        assert_eq!(p.tool_results, ["six", "seven", "eight"]);
+        for word in ["five", "search", "nine"] {
+            assert!(p.prompt.contains(word), "{word} in {}", p.prompt);
+        }
+        let anthropic = br#"{"system": "ten", "messages": [{"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "t", "content": [{"type": "text", "text": "eleven"}]},
+            {"type": "web_search_tool_result", "tool_use_id": "w", "content": [{"type": "web_search_result", "title": "twelve", "url": "https://x"}]},
+            {"type": "text", "text": "thirteen"}]}]}"#;
+        let p = body_parts(anthropic);
+        assert_eq!(p.prompt, "thirteen\nten");
+        assert_eq!(p.tool_results, ["eleven", "twelve\nhttps://x"]);
+        // Together they hold what `body_text` reads; other bodies have no
+        // tool results.
+        for body in [&chat[..], responses, anthropic] {
+            let p = body_parts(body);
+            let all = body_text(body);
+            assert!(p.tool_results.iter().all(|t| all.contains(t.as_str())));
+            assert_eq!(
+                all.len(),
+                p.prompt.len() + p.tool_results.iter().map(|t| t.len() + 1).sum::<usize>(),
+                "{all:?} vs {p:?}"
+            );
+        }
+        let mcp = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{"role":"tool","text":"y"}}}"#;
+        assert_eq!(body_parts(mcp).prompt, body_text(mcp));
+        assert!(body_parts(mcp).tool_results.is_empty());
+        assert_eq!(body_parts(b"plain").prompt, "plain");
     }
 }

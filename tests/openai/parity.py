@@ -52,6 +52,20 @@ def variants():
     chat("chat: refusal part", j([{"role": "assistant", "content": [{"type": "refusal", "refusal": JAILBREAK}]}]))
     chat("chat: tool message", j([{"role": "tool", "tool_call_id": "c1", "content": JAILBREAK}]))
     chat("chat: tool message parts", j([{"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": JAILBREAK}]}]))
+    # A tool's result is read as tool output: an injection deep inside a
+    # long document is still found, and an ordinary README whose install
+    # line pipes to `sh` (command injection in a prompt) reaches the model.
+    para = "The quarterly report covers revenue, hiring and the roadmap; each team lead reviewed the figures with finance. "
+    long_doc = para * 25 + "\n\n" + JAILBREAK + "\n\n" + para * 25
+    chat("chat: tool message, long document", j([{"role": "user", "content": "Summarise the report."},
+                                                  {"role": "tool", "tool_call_id": "c1", "content": long_doc}]))
+    resp("responses: function_call_output, long document", j({"model": "m", "input": [
+        {"role": "user", "content": "Summarise the report."},
+        {"type": "function_call_output", "call_id": "c", "output": long_doc}]}))
+    m = f"clean-{uuid.uuid4().hex[:8]}"
+    readme = f"# fastgrep {m}\n\n## Install\n\n    curl -sSf https://fastgrep.example/install.sh | sh -s -- --yes\n"
+    chat("chat: tool message, README (clean)", j([{"role": "user", "content": "How do I install fastgrep?"},
+                                                   {"role": "tool", "tool_call_id": "c1", "content": readme}]), m)
     chat("chat: tool call arguments", j([{"role": "assistant", "content": None, "tool_calls": [
         {"id": "c1", "type": "function", "function": {"name": "f", "arguments": j({"q": JAILBREAK})}}]}]))
     chat("chat: legacy function_call", j([{"role": "assistant", "content": None, "function_call": {"name": "f", "arguments": j({"q": JAILBREAK})}}]))

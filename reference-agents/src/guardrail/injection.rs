@@ -1,6 +1,8 @@
 //! `promptInjectionGuard`: scores the request body (or the text fields of a
 //! chat-completion JSON: `messages[].content`, `prompt`, `input`) with the
-//! [`Detector`]: normalised, then scored by family. At or above `threshold`,
+//! [`Detector`](super::Detector): normalised, then scored by family. The
+//! tool results a chat document carries back to the model are scored as
+//! tool output, each on its own ([`request`](super::request)). At or above `threshold`,
 //! `action: block` answers 403 naming the categories, and `action: flag` sets
 //! `x-prompt-risk` and metadata. Below it, the score is still put in
 //! metadata when anything matched.
@@ -8,7 +10,8 @@
 //! Metadata (never the prompt itself): `prompt_risk_score` (`0.85`),
 //! `prompt_risk_categories` (`persona_switch,refusal_suppression`) and
 //! `prompt_risk_spans` (`persona_switch:10-24,refusal_suppression:40-63`: byte
-//! ranges in the inspected text, at most 16).
+//! ranges in the inspected text, at most 16), `prompt_risk_source`
+//! (`prompt`, or `tool_result:N`).
 //!
 //! In a response chain it scans what the upstream sends back to the model
 //! (indirect injection: MCP tool results in JSON or SSE, completions, HTML,
@@ -27,8 +30,7 @@
 //! [`injection_stream`](super::injection_stream). Other replies are buffered
 //! and read whole, as above.
 
-use super::detector::{Detector, Family, Verdict, Weights};
-use crate::text;
+use super::detector::{Family, Verdict, Weights};
 use policy_agents::{
     describe, ChunkContext, ChunkOutcome, FromParams, ParamError, Params, Policy, PolicyError, RequestContext,
     RequestOutcome, ResponseContext, ResponseOutcome,
@@ -42,14 +44,15 @@ pub(super) enum Action {
 }
 
 /// At most this many spans go in metadata.
-const MAX_SPANS: usize = 16;
+pub(super) const MAX_SPANS: usize = 16;
 
 /// The params: `threshold`, `action`, `phases`, `response_status`,
 /// `jsonrpc_error_code`, `poisoned_tools` (`remove` or `refuse`: what a
 /// poisoned tool in a `tools/list` result does), `response_windows` (`true`:
-/// a response's text scores as its worst window) and one `weight_<family>`
-/// per family.
-pub const PARAMS: [&str; 22] = [
+/// a response's text scores as its worst window), `request_tool_results`
+/// (`tool_output`, or `both`: also read as part of the prompt) and one
+/// `weight_<family>` per family.
+pub const PARAMS: [&str; 23] = [
     "threshold",
     "action",
     "phases",
@@ -57,6 +60,7 @@ pub const PARAMS: [&str; 22] = [
     "jsonrpc_error_code",
     "poisoned_tools",
     "response_windows",
+    "request_tool_results",
     "weight_instruction_override",
     "weight_persona_switch",
     "weight_refusal_suppression",
@@ -86,6 +90,9 @@ pub struct GuardParams {
     pub(super) jsonrpc_error_code: i64,
     pub(super) poisoned_tools: PoisonedTools,
     pub(super) windowed: bool,
+    /// Tool results in a request are also scored as part of the prompt
+    /// (`request_tool_results: both`).
+    pub(super) tool_results_as_prompt: bool,
 }
 
 /// What a poisoned tool in a `tools/list` result does (with `action: block`).
@@ -148,7 +155,19 @@ impl FromParams for GuardParams {
             }
         };
         let windowed: bool = p.parse_or("response_windows", true)?;
+        let tool_results_as_prompt = match p.get("request_tool_results").map(str::trim).unwrap_or("tool_output") {
+            "tool_output" => false,
+            "both" => true,
+            other => {
+                return Err(ParamError::invalid(
+                    "request_tool_results",
+                    other,
+                    "expected tool_output or both",
+                ))
+            }
+        };
         Ok(GuardParams {
+            tool_results_as_prompt,
             poisoned_tools,
             windowed,
             threshold,
@@ -219,52 +238,7 @@ impl Policy for PromptInjectionGuard {
         let Some(body) = ctx.request.body().filter(|b| params.request && !b.is_empty()) else {
             return Ok(RequestOutcome::proceed());
         };
-        let verdict = Detector::shared()?.assess(&text::body_text(body), &params.weights);
-        if verdict.score == 0.0 {
-            return Ok(RequestOutcome::proceed());
-        }
-        let score = format!("{:.2}", verdict.score);
-        let categories = verdict.categories().join(",");
-        let spans = spans(&verdict);
-        if verdict.score < params.threshold {
-            return Ok(RequestOutcome::proceed()
-                .set_metadata("prompt_risk_score", score)
-                .set_metadata("prompt_risk_categories", categories)
-                .set_metadata("prompt_risk_spans", spans));
-        }
-        match params.action {
-            Action::Block => {
-                let families: Vec<_> = verdict
-                    .families
-                    .iter()
-                    .map(|f| {
-                        serde_json::json!({
-                            "category": f.family.as_str(),
-                            "score": round(f.score),
-                            "spans": f.spans.iter().take(MAX_SPANS).map(|(s, e)| [s, e]).collect::<Vec<_>>(),
-                        })
-                    })
-                    .collect();
-                let body = serde_json::json!({
-                    "error": "forbidden",
-                    "reason": "prompt_injection_detected",
-                    "categories": verdict.categories(),
-                    "detections": families,
-                    "risk_score": round(verdict.score),
-                    "threshold": params.threshold,
-                });
-                Ok(RequestOutcome::deny_json(403, &body)
-                    .deny_reason("prompt_injection_detected")
-                    .set_metadata("prompt_risk_score", score)
-                    .set_metadata("prompt_risk_categories", categories)
-                    .set_metadata("prompt_risk_spans", spans))
-            }
-            Action::Flag => Ok(RequestOutcome::proceed()
-                .set_header("x-prompt-risk", &score)
-                .set_metadata("prompt_risk_score", score)
-                .set_metadata("prompt_risk_categories", categories)
-                .set_metadata("prompt_risk_spans", spans)),
-        }
+        super::request::on_request(params, body)
     }
 }
 

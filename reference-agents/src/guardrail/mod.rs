@@ -13,6 +13,8 @@
 //!   AI, task takeover, actions on the agent's tools, markdown
 //!   exfiltration, misspelled keywords), and MCP `tools/list` results tool
 //!   by tool for poisoning (removed from the list, or the list refused).
+//!   On the request side, the tool results a model call carries are read
+//!   as tool output too, each on its own (`request`).
 //! * [`PiiRedaction`] (`piiRedaction`): masks e-mails, phone numbers
 //!   (confirmed with libphonenumber's metadata, national formats of the
 //!   configured regions and international ones), card
@@ -38,6 +40,7 @@ mod pii_json;
 mod pii_stream;
 pub mod poisoning;
 mod redactor;
+mod request;
 mod response;
 mod typos;
 pub mod windows;

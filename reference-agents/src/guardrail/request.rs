@@ -1,0 +1,115 @@
+//! `promptInjectionGuard` on a request body. The prompt (a chat document's
+//! system, user and assistant text, tool-call arguments; any other body's
+//! text) is scored as a prompt. What tools returned, carried back to the
+//! model inside the call (`role: tool` messages, Responses `*_output`
+//! items, Anthropic `tool_result` blocks: [`text::body_parts`]), is tool
+//! output, whichever client executed the tool: each result is scored as the
+//! response side scores a tool's reply, in windows and with tool output's
+//! own families ([`windows`](super::windows)), so a long document cannot
+//! dilute an injection and an ordinary one is not read as an attack on the
+//! model's instructions.
+//!
+//! With `request_tool_results: both`, the prompt scored is the whole text,
+//! tool results included (the reading for clients not trusted to label
+//! what a tool returned: a jailbreak put in a tool message is read as a
+//! prompt too), and each result is still scored as tool output.
+//!
+//! The worst of the prompt and the results decides. Metadata:
+//! `prompt_risk_score`, `prompt_risk_categories`, `prompt_risk_spans` (byte
+//! ranges in the text that decided), and `prompt_risk_source` (`prompt`, or
+//! `tool_result:N`: the document's N-th tool result, from 0). A block's body
+//! names the source too.
+
+use super::detector::{Detector, Verdict};
+use super::injection::{round, spans, Action, GuardParams, MAX_SPANS};
+use crate::text;
+use policy_agents::{PolicyError, RequestOutcome};
+
+/// Where the deciding text was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Source {
+    Prompt,
+    ToolResult(usize),
+}
+
+impl std::fmt::Display for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Prompt => f.write_str("prompt"),
+            Source::ToolResult(i) => write!(f, "tool_result:{i}"),
+        }
+    }
+}
+
+/// The worst verdict of `body`'s prompt and tool results, and where it was.
+fn assess(params: &GuardParams, body: &[u8]) -> Result<(Verdict, Source), PolicyError> {
+    let detector = Detector::shared()?;
+    let parts = text::body_parts(body);
+    // `request_tool_results: both`: the results are read as part of the
+    // prompt too (for clients not trusted to label them), as well as alone.
+    let prompt = if params.tool_results_as_prompt && !parts.tool_results.is_empty() {
+        text::body_text(body)
+    } else {
+        parts.prompt
+    };
+    let mut worst = (detector.assess(&prompt, &params.weights), Source::Prompt);
+    for (i, result) in parts.tool_results.iter().enumerate() {
+        let v = super::windows::assess(detector, result, &params.weights, params.windowed);
+        if v.score > worst.0.score {
+            worst = (v, Source::ToolResult(i));
+        }
+    }
+    Ok(worst)
+}
+
+/// The guard's request hook on a buffered body.
+pub(super) fn on_request(params: &GuardParams, body: &[u8]) -> Result<RequestOutcome, PolicyError> {
+    let (verdict, source) = assess(params, body)?;
+    if verdict.score == 0.0 {
+        return Ok(RequestOutcome::proceed());
+    }
+    let score = format!("{:.2}", verdict.score);
+    let with_metadata = |o: RequestOutcome| {
+        o.set_metadata("prompt_risk_score", score.clone())
+            .set_metadata("prompt_risk_categories", verdict.categories().join(","))
+            .set_metadata("prompt_risk_spans", spans(&verdict))
+            .set_metadata("prompt_risk_source", source.to_string())
+    };
+    if verdict.score < params.threshold {
+        return Ok(with_metadata(RequestOutcome::proceed()));
+    }
+    match params.action {
+        Action::Block => {
+            let families: Vec<_> = verdict
+                .families
+                .iter()
+                .map(|f| {
+                    serde_json::json!({
+                        "category": f.family.as_str(),
+                        "score": round(f.score),
+                        "spans": f.spans.iter().take(MAX_SPANS).map(|(s, e)| [s, e]).collect::<Vec<_>>(),
+                    })
+                })
+                .collect();
+            let body = serde_json::json!({
+                "error": "forbidden",
+                "reason": "prompt_injection_detected",
+                "categories": verdict.categories(),
+                "detections": families,
+                "risk_score": round(verdict.score),
+                "threshold": params.threshold,
+                "source": source.to_string(),
+            });
+            Ok(with_metadata(
+                RequestOutcome::deny_json(403, &body).deny_reason("prompt_injection_detected"),
+            ))
+        }
+        Action::Flag => Ok(with_metadata(
+            RequestOutcome::proceed().set_header("x-prompt-risk", &score),
+        )),
+    }
+}
+
+#[cfg(test)]
+#[path = "request_tests.rs"]
+mod tests;
