@@ -430,7 +430,7 @@ impl Detector {
     /// Scores `text` with `weights` and another learned model (to evaluate
     /// one trained without part of the corpus).
     pub fn assess_with(&self, text: &str, weights: &Weights, learned: &Model) -> Verdict {
-        self.assess_normalized(&normalize(text), weights, learned, false)
+        self.assess_normalized(&normalize(text), weights, learned, None)
     }
 
     /// Scores tool output (a response's text, or one window of it): the
@@ -474,9 +474,9 @@ impl Detector {
     pub fn assess_tool_output_with(&self, text: &str, weights: &Weights, learned: &Model) -> Verdict {
         let n = normalize(text);
         let Some((fixed, typos)) = super::typos::correct(&n) else {
-            return self.assess_normalized(&n, weights, learned, true);
+            return self.assess_normalized(&n, weights, learned, Some(text));
         };
-        let mut v = self.assess_normalized(&fixed, weights, learned, true);
+        let mut v = self.assess_normalized(&fixed, weights, learned, Some(text));
         let w = weights.get(MisspelledKeywords);
         if w > 0.0 {
             let score = (super::typos::STRENGTH * typos.len() as f64).min(1.0);
@@ -491,7 +491,9 @@ impl Detector {
         v
     }
 
-    fn assess_normalized(&self, n: &Normalized, weights: &Weights, learned: &Model, tool_output: bool) -> Verdict {
+    /// `source`: the input `n` was read from, when it is tool output.
+    fn assess_normalized(&self, n: &Normalized, weights: &Weights, learned: &Model, source: Option<&str>) -> Verdict {
+        let tool_output = source.is_some();
         // The model reads the whole folded text; a weight of 0 skips it.
         let learned_score = if weights.get(Learned) > 0.0 {
             learned::family_score(learned.probability(&n.text))
@@ -530,7 +532,17 @@ impl Detector {
             if tool_output && matches!(family, SqlInjection | CommandInjection) {
                 continue;
             }
-            let Some(m) = re.find(&n.text) else { continue };
+            // In tool output, the first match that is not ordinary there.
+            let counts = |m: &regex::Match<'_>| {
+                source.is_none_or(|source| {
+                    let (s, e) = n.source_span(m.start(), m.end());
+                    let original = source.get(s as usize..e as usize).unwrap_or("");
+                    !super::indirect_patterns::ordinary_in_tool_output(*family, m.as_str(), original)
+                })
+            };
+            let Some(m) = re.find_iter(&n.text).find(counts) else {
+                continue;
+            };
             let k = family.index();
             // Quoted in a question about it ("what does 'DAN' mean?"):
             // talked about, not said. Not for tool output's own families,

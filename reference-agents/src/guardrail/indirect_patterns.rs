@@ -152,6 +152,45 @@ pub fn patterns() -> Vec<(Family, f64, String)> {
     ]
 }
 
+/// Jailbreak modes a "with … mode on" in tool output must name to count: a
+/// program's manual says "with verbose mode enabled".
+const JAILBREAK_MODES: &[&str] = &[
+    "developer",
+    "dev",
+    "dan",
+    "god",
+    "jailbreak",
+    "unrestricted",
+    "unfiltered",
+    "uncensored",
+    "evil",
+];
+
+/// Whether a match of the request's patterns is ordinary in tool output,
+/// where text is written by people for people: `folded` is the match in
+/// folded text, `source` the input it was read from.
+/// * A chat template's `[INST]` is upper case; `[inst]` is a changelog's tag.
+/// * DAN is upper case; "Dan" is a person.
+/// * A line that starts `root:`, `sys:`, `admin:` or `model:` is a
+///   configuration key or a log's prefix; the roles a chat transcript
+///   fakes (`system:`, `assistant:`, `developer:`) still count.
+/// * "with … mode on" names a jailbreak mode ([`JAILBREAK_MODES`]).
+pub(super) fn ordinary_in_tool_output(family: Family, folded: &str, source: &str) -> bool {
+    let f = folded.trim_start_matches(['\n', ' ']);
+    match family {
+        RoleInjection if f.starts_with("[inst]") || f.starts_with("[/inst]") => !source.contains("INST"),
+        RoleInjection => ["root", "sys", "admin", "model"]
+            .iter()
+            .any(|r| f.strip_prefix(r).is_some_and(|rest| rest.trim_start().starts_with(':'))),
+        PersonaSwitch if f == "dan" || f.starts_with("dan mode") => !source.contains("DAN"),
+        PersonaSwitch => f
+            .strip_prefix("with ")
+            .and_then(|rest| rest.split_once(" mode "))
+            .is_some_and(|(mode, _)| !JAILBREAK_MODES.contains(&mode)),
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 #[path = "indirect_patterns_tests.rs"]
 mod tests;
