@@ -49,7 +49,8 @@ pub(super) const MAX_SPANS: usize = 16;
 /// The params: `threshold`, `action`, `phases`, `response_status`,
 /// `jsonrpc_error_code`, `poisoned_tools` (`remove` or `refuse`: what a
 /// poisoned tool in a `tools/list` result does), `response_windows` (`true`:
-/// a response's text scores as its worst window), `request_tool_results`
+/// a response's text, and each tool result in a request, scores as its
+/// worst window), `request_tool_results`
 /// (`tool_output`, or `both`: also read as part of the prompt) and one
 /// `weight_<family>` per family.
 pub const PARAMS: [&str; 23] = [
