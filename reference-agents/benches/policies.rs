@@ -149,6 +149,25 @@ fn pii(c: &mut Criterion) {
     group.finish();
 }
 
+/// Times `n` calls of `f` one by one and prints their p50 and p99 under
+/// `label` (criterion reports means; the targets are p99s).
+fn percentiles(label: &str, n: usize, mut f: impl FnMut()) {
+    let mut times: Vec<Duration> = (0..n)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed()
+        })
+        .collect();
+    times.sort_unstable();
+    println!(
+        "{label}: p50 {:?} p99 {:?} over {} calls",
+        times[times.len() / 2],
+        times[times.len() * 99 / 100],
+        times.len()
+    );
+}
+
 fn chat(bytes: usize, tail: &str) -> String {
     let filler = "Please summarise the quarterly report and list the three main risks. ";
     let mut content = filler.repeat(bytes / filler.len() + 1);
@@ -222,23 +241,12 @@ fn injection(c: &mut Criterion) {
                 name.contains("injected"),
                 "{name}"
             );
-            let mut times: Vec<Duration> = (0..5_000)
-                .map(|_| {
-                    let t = Instant::now();
-                    black_box(
-                        rt.block_on(call.request(&PromptInjectionGuard, black_box(&req)))
-                            .is_ok(),
-                    );
-                    t.elapsed()
-                })
-                .collect();
-            times.sort_unstable();
-            println!(
-                "promptInjectionGuard/{name}: p50 {:?} p99 {:?} over {} calls",
-                times[times.len() / 2],
-                times[times.len() * 99 / 100],
-                times.len()
-            );
+            percentiles(&format!("promptInjectionGuard/{name}"), 5_000, || {
+                black_box(
+                    rt.block_on(call.request(&PromptInjectionGuard, black_box(&req)))
+                        .is_ok(),
+                );
+            });
         }
     }
     group.finish();
@@ -256,20 +264,9 @@ fn learned(c: &mut Criterion) {
         let folded = reference_agents::normalize::normalize(&text).text;
         group.throughput(Throughput::Bytes(folded.len() as u64));
         group.bench_function(name, |b| b.iter(|| model.probability(black_box(&folded))));
-        let mut times: Vec<Duration> = (0..20_000)
-            .map(|_| {
-                let t = Instant::now();
-                black_box(model.probability(black_box(&folded)));
-                t.elapsed()
-            })
-            .collect();
-        times.sort_unstable();
-        println!(
-            "learned/{name}: p50 {:?} p99 {:?} over {} calls",
-            times[times.len() / 2],
-            times[times.len() * 99 / 100],
-            times.len()
-        );
+        percentiles(&format!("learned/{name}"), 20_000, || {
+            black_box(model.probability(black_box(&folded)));
+        });
     }
     group.finish();
 }
@@ -342,23 +339,12 @@ fn injection_response(c: &mut Criterion) {
             b.iter(|| rt.block_on(call.response(&PromptInjectionGuard, &req, black_box(&resp))))
         });
         let n = if name.contains("64KiB") { 500 } else { 5_000 };
-        let mut times: Vec<Duration> = (0..n)
-            .map(|_| {
-                let t = Instant::now();
-                black_box(
-                    rt.block_on(call.response(&PromptInjectionGuard, &req, black_box(&resp)))
-                        .is_ok(),
-                );
-                t.elapsed()
-            })
-            .collect();
-        times.sort_unstable();
-        println!(
-            "promptInjectionGuard_response/{name}: p50 {:?} p99 {:?} over {} calls",
-            times[times.len() / 2],
-            times[times.len() * 99 / 100],
-            times.len()
-        );
+        percentiles(&format!("promptInjectionGuard_response/{name}"), n, || {
+            black_box(
+                rt.block_on(call.response(&PromptInjectionGuard, &req, black_box(&resp)))
+                    .is_ok(),
+            );
+        });
     }
     group.finish();
 }
