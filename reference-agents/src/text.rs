@@ -79,6 +79,13 @@ fn result_members(map: &serde_json::Map<String, Value>) -> &'static [&'static st
     }
 }
 
+/// The content strings of one tool result, as one text.
+fn result_text(v: &Value, depth: usize) -> String {
+    let mut out = String::new();
+    content_strings(v, &mut out, None, depth);
+    out
+}
+
 /// The content strings of a chat member, at any depth. With `tools`, each
 /// tool result's strings go there, one string per result, instead of `out`.
 fn content_strings(v: &Value, out: &mut String, mut tools: Option<&mut Vec<String>>, depth: usize) {
@@ -92,9 +99,7 @@ fn content_strings(v: &Value, out: &mut String, mut tools: Option<&mut Vec<Strin
             .for_each(|i| content_strings(i, out, tools.as_deref_mut(), depth + 1)),
         Value::Object(map) => {
             if let Some(tools) = tools.as_deref_mut().filter(|_| is_tool_result(map)) {
-                let mut result = String::new();
-                content_strings(v, &mut result, None, depth + 1);
-                tools.push(result);
+                tools.push(result_text(v, depth + 1));
                 return;
             }
             // An encoded source (`{"type": "base64", "data": ...}`).
@@ -107,11 +112,7 @@ fn content_strings(v: &Value, out: &mut String, mut tools: Option<&mut Vec<Strin
                     continue;
                 }
                 match tools.as_deref_mut() {
-                    Some(tools) if results.contains(&k.as_str()) => {
-                        let mut result = String::new();
-                        content_strings(child, &mut result, None, depth + 1);
-                        tools.push(result);
-                    }
+                    Some(tools) if results.contains(&k.as_str()) => tools.push(result_text(child, depth + 1)),
                     tools => content_strings(child, out, tools, depth + 1),
                 }
             }
@@ -138,19 +139,24 @@ fn all_text(v: &Value, out: &mut String, depth: usize) {
     }
 }
 
-/// The text a model reads in a chat document, or `None` when the document
-/// has none of [`CHAT_FIELDS`].
-pub fn chat_text(doc: &Value) -> Option<String> {
-    let obj = doc.as_object()?;
-    let mut out = String::new();
+/// Reads the strings of `obj`'s [`CHAT_FIELDS`] into `out` (each tool
+/// result into `tools` instead, when given); false when it has none.
+fn read_chat(obj: &serde_json::Map<String, Value>, out: &mut String, mut tools: Option<&mut Vec<String>>) -> bool {
     let mut found = false;
     for field in CHAT_FIELDS {
         if let Some(v) = obj.get(*field) {
             found = true;
-            content_strings(v, &mut out, None, 0);
+            content_strings(v, out, tools.as_deref_mut(), 0);
         }
     }
-    found.then_some(out)
+    found
+}
+
+/// The text a model reads in a chat document, or `None` when the document
+/// has none of [`CHAT_FIELDS`].
+pub fn chat_text(doc: &Value) -> Option<String> {
+    let mut out = String::new();
+    read_chat(doc.as_object()?, &mut out, None).then_some(out)
 }
 
 /// A body's text with its tool results set apart ([`body_parts`]).
@@ -162,49 +168,34 @@ pub struct BodyParts {
     pub tool_results: Vec<String>,
 }
 
+/// Reads `body` as [`body_text`] says, a chat document's tool results into
+/// `tools` when given.
+fn read_body(body: &[u8], tools: Option<&mut Vec<String>>) -> String {
+    let Ok(doc) = serde_json::from_slice::<Value>(body) else {
+        return String::from_utf8_lossy(body).into_owned();
+    };
+    let mut out = String::new();
+    if !doc.as_object().is_some_and(|obj| read_chat(obj, &mut out, tools)) {
+        all_text(&doc, &mut out, 0);
+    }
+    out
+}
+
 /// [`body_text`]'s reading of `body`, with a chat document's tool results
 /// set apart, one text per result. Nothing is dropped: the prompt and the
 /// results together hold every string `body_text` reads.
 pub fn body_parts(body: &[u8]) -> BodyParts {
-    let Ok(doc) = serde_json::from_slice::<Value>(body) else {
-        return BodyParts {
-            prompt: String::from_utf8_lossy(body).into_owned(),
-            tool_results: Vec::new(),
-        };
-    };
-    let Some(obj) = doc
-        .as_object()
-        .filter(|o| CHAT_FIELDS.iter().any(|f| o.contains_key(*f)))
-    else {
-        let mut prompt = String::new();
-        all_text(&doc, &mut prompt, 0);
-        return BodyParts {
-            prompt,
-            tool_results: Vec::new(),
-        };
-    };
-    let mut parts = BodyParts::default();
-    for field in CHAT_FIELDS {
-        if let Some(v) = obj.get(*field) {
-            content_strings(v, &mut parts.prompt, Some(&mut parts.tool_results), 0);
-        }
-    }
-    parts.tool_results.retain(|t| !t.is_empty());
-    parts
+    let mut tool_results = Vec::new();
+    let prompt = read_body(body, Some(&mut tool_results));
+    tool_results.retain(|t| !t.is_empty());
+    BodyParts { prompt, tool_results }
 }
 
 /// The text to inspect in a body: the chat fields when it is a chat
 /// document, every key and string of any other JSON, else the whole body
 /// (lossy UTF-8).
 pub fn body_text(body: &[u8]) -> String {
-    match serde_json::from_slice::<Value>(body) {
-        Ok(doc) => chat_text(&doc).unwrap_or_else(|| {
-            let mut out = String::new();
-            all_text(&doc, &mut out, 0);
-            out
-        }),
-        Err(_) => String::from_utf8_lossy(body).into_owned(),
-    }
+    read_body(body, None)
 }
 
 #[cfg(test)]

@@ -35,7 +35,7 @@ use serde_json::Value;
 
 use super::detector::{Detector, Verdict};
 use super::indirect;
-use super::injection::{Action, GuardParams};
+use super::injection::{round, Action, GuardParams};
 use super::poisoning;
 use crate::tool::events::{self, EventMessage};
 use policy_agents::stream::sse;
@@ -146,7 +146,7 @@ pub(super) fn on_chunk(params: &GuardParams, ctx: &ChunkContext<'_>) -> Result<C
             continue;
         }
         let categories = verdict.categories();
-        let score = (verdict.score * 100.0).round() / 100.0;
+        let score = round(verdict.score);
         let Some(doc) = doc else {
             tracing::warn!(request_id = %ctx.call.request_id, score, "prompt injection in a streamed response: the stream ends");
             let end = ChunkOutcome::end_stream("prompt_injection_in_response", "prompt injection in the response")

@@ -69,11 +69,12 @@ pub(super) fn on_request(params: &GuardParams, body: &[u8]) -> Result<RequestOut
         return Ok(RequestOutcome::proceed());
     }
     let score = format!("{:.2}", verdict.score);
+    let source = source.to_string();
     let with_metadata = |o: RequestOutcome| {
         o.set_metadata("prompt_risk_score", score.clone())
             .set_metadata("prompt_risk_categories", verdict.categories().join(","))
             .set_metadata("prompt_risk_spans", spans(&verdict))
-            .set_metadata("prompt_risk_source", source.to_string())
+            .set_metadata("prompt_risk_source", source.clone())
     };
     if verdict.score < params.threshold {
         return Ok(with_metadata(RequestOutcome::proceed()));
@@ -98,7 +99,7 @@ pub(super) fn on_request(params: &GuardParams, body: &[u8]) -> Result<RequestOut
                 "detections": families,
                 "risk_score": round(verdict.score),
                 "threshold": params.threshold,
-                "source": source.to_string(),
+                "source": source,
             });
             Ok(with_metadata(
                 RequestOutcome::deny_json(403, &body).deny_reason("prompt_injection_detected"),
