@@ -10,10 +10,12 @@
 //! * OpenAI (`tests/openai/parity.py`): an injection in every place the
 //!   model reads text (chat messages as strings and parts, tool messages and
 //!   calls, Responses API input as a string and as items, instructions,
-//!   completions prompts), escaped and repeated, and deep inside a long
-//!   document a tool returned, to a model stand-in that records what the
-//!   API documents the model is given; none reaches it, while a tool's
-//!   ordinary README (`curl ... | sh`, read as tool output) does.
+//!   completions prompts; Gemini `generateContent` in both spellings of
+//!   its field names and Bedrock Converse, with their function calls and
+//!   results), escaped and repeated, and deep inside a long document a tool
+//!   returned, to a model stand-in that records what the API documents the
+//!   model is given; none reaches it, while a tool's ordinary README
+//!   (`curl ... | sh`, read as tool output) does.
 
 mod support;
 
@@ -94,8 +96,14 @@ async fn mcp_servers_and_the_model_act_only_on_what_the_policies_read() {
     let model_rec = model_record.display().to_string();
     let (_model, model_port) = spawn_py(&dir, "model", "tests/openai/model.py", &["--record", &model_rec]);
     let ts_port = ts.port;
+    let llm_routes: String = ["llm", "gemini", "converse"]
+        .iter()
+        .map(|name| {
+            format!("    - route_name: \"{name}\"\n      request_policy_chain:\n        - policy: promptInjectionGuard\n          params: {{action: block}}\n")
+        })
+        .collect();
     let routes = format!(
-        "  route_policies:\n{}{}    - route_name: \"llm\"\n      request_policy_chain:\n        - policy: promptInjectionGuard\n          params: {{action: block}}\n",
+        "  route_policies:\n{}{}{llm_routes}",
         mcp_route("mcp"),
         mcp_route("mcpts")
     );
@@ -111,6 +119,8 @@ async fn mcp_servers_and_the_model_act_only_on_what_the_policies_read() {
                 routes: [
                     route_to("mcpts", "/ts/mcp", "ts", ", prefix_rewrite: \"/mcp\""),
                     route_to("llm", "/v1/", "llm", ""),
+                    route_to("gemini", "/v1beta/", "llm", ""),
+                    route_to("converse", "/model/", "llm", ""),
                     envoy::route("mcp", "/mcp", ", timeout: 30s"),
                 ]
                 .concat(),

@@ -2,14 +2,20 @@
 //! reads it, for the guardrails and token estimates.
 //!
 //! * A chat document (OpenAI chat completions and completions, the
-//!   Responses API, Anthropic messages): every string of `messages`,
-//!   `input`, `prompt`, `instructions` and `system`, whatever their shape:
-//!   string content, content parts (`text`, `input_text`, ...), tool
+//!   Responses API, Anthropic messages, Bedrock Converse, Gemini
+//!   `generateContent`): every string of `messages`, `input`, `prompt`,
+//!   `instructions`, `system`, `contents` and `systemInstruction` (or
+//!   `system_instruction`: Gemini takes either spelling), whatever their
+//!   shape: string content, content parts (`text`, `input_text`, ...), tool
 //!   messages and tool results, Responses input items
-//!   (`function_call_output.output`, ...), tool-call arguments. Strings
-//!   that name a shape rather than say something (`role`, `type`, ids) are
-//!   left out, and so is encoded data (`data:` URLs, a `base64` source's
-//!   `data`: images and files).
+//!   (`function_call_output.output`, ...), tool-call arguments. A member
+//!   that holds free JSON the model is given as JSON (a call's `args` or
+//!   `input` object, a function's `response`, a tool result's `json`) is
+//!   read with its keys. Strings that name a shape rather than say
+//!   something (`role`, `type`, ids, signatures) are left out, and so is
+//!   encoded data (`data:` URLs, the `data` of a `base64` source, of
+//!   Gemini's `inlineData` or of an audio part, Bedrock's `bytes`: images,
+//!   audio and files).
 //! * Any other JSON (an A2A message in any version, an MCP call): every
 //!   string and every key, decoded. Nothing an agent could act on is
 //!   skipped because it sits under a name this reader does not know.
@@ -18,13 +24,23 @@
 //! [`body_parts`] reads the same text with what tools returned set apart:
 //! a chat document's tool results (`role: tool` and `function` messages,
 //! Responses `*_output` items and `mcp_call` outputs, Anthropic
-//! `tool_result` blocks), each on its own, for a guard that reads them as
-//! tool output.
+//! `tool_result` blocks, Bedrock `toolResult` blocks, Gemini
+//! `functionResponse` and `codeExecutionResult` parts), each on its own,
+//! for a guard that reads them as tool output.
 
 use serde_json::Value;
 
 /// The members of a chat document whose strings the model reads.
-const CHAT_FIELDS: &[&str] = &["messages", "prompt", "input", "instructions", "system"];
+const CHAT_FIELDS: &[&str] = &[
+    "messages",
+    "prompt",
+    "input",
+    "instructions",
+    "system",
+    "contents",
+    "systemInstruction",
+    "system_instruction",
+];
 
 /// Members whose string values name a shape, not content.
 const SHAPE_KEYS: &[&str] = &[
@@ -38,8 +54,32 @@ const SHAPE_KEYS: &[&str] = &[
     "format",
     "mime_type",
     "media_type",
+    "mimeType",
     "status",
+    "language",
+    "outcome",
+    "toolUseId",
+    "signature",
+    "thoughtSignature",
+    "thought_signature",
 ];
+
+/// Members that hold a tool's result wherever they stand: Bedrock
+/// Converse's `toolResult` block, Gemini's `functionResponse` and
+/// `codeExecutionResult` parts (in either spelling).
+const RESULT_KEYS: &[&str] = &[
+    "toolResult",
+    "functionResponse",
+    "function_response",
+    "codeExecutionResult",
+    "code_execution_result",
+];
+
+/// Members whose object the model is given as JSON, keys and all: a call's
+/// arguments (Gemini `functionCall.args`, Anthropic `tool_use.input`,
+/// Bedrock `toolUse.input`), a function's `response` (Gemini), a tool
+/// result's `json` block (Bedrock).
+const JSON_KEYS: &[&str] = &["args", "input", "response", "json"];
 
 /// Deepest nesting walked.
 const MAX_DEPTH: usize = 64;
@@ -71,12 +111,22 @@ fn is_tool_result(map: &serde_json::Map<String, Value>) -> bool {
 
 /// The members of an object that hold a tool's result while the rest does
 /// not: a Responses `mcp_call` item's `output` and `error` (its name and
-/// arguments are the model's own).
+/// arguments are the model's own), and any [`RESULT_KEYS`] member.
 fn result_members(map: &serde_json::Map<String, Value>) -> &'static [&'static str] {
     match map.get("type").and_then(Value::as_str) {
         Some("mcp_call") => &["output", "error"],
-        _ => &[],
+        _ => RESULT_KEYS,
     }
+}
+
+/// Whether `map` is encoded data whose `data` member is not text: a
+/// `base64` source (Anthropic), an encrypted `redacted_thinking` block,
+/// a blob with its `mimeType` (Gemini `inlineData`) or an audio part with
+/// its `format` (OpenAI `input_audio`).
+fn is_encoded(map: &serde_json::Map<String, Value>) -> bool {
+    let kind = map.get("type").and_then(Value::as_str);
+    matches!(kind, Some("base64" | "redacted_thinking"))
+        || ["mimeType", "mime_type", "format"].iter().any(|k| map.contains_key(*k))
 }
 
 /// The content strings of one tool result, as one text.
@@ -102,17 +152,19 @@ fn content_strings(v: &Value, out: &mut String, mut tools: Option<&mut Vec<Strin
                 tools.push(result_text(v, depth + 1));
                 return;
             }
-            // An encoded source (`{"type": "base64", "data": ...}`).
-            let encoded = map.get("type").and_then(Value::as_str) == Some("base64");
+            let encoded = is_encoded(map);
             let results = result_members(map);
             for (k, child) in map {
-                let shape = SHAPE_KEYS.contains(&k.as_str()) && child.is_string();
-                let data = encoded && k == "data";
+                let k = k.as_str();
+                let shape = SHAPE_KEYS.contains(&k) && child.is_string();
+                // Bedrock's `bytes` are base64 wherever they are.
+                let data = (encoded && k == "data") || k == "bytes";
                 if shape || data {
                     continue;
                 }
                 match tools.as_deref_mut() {
-                    Some(tools) if results.contains(&k.as_str()) => tools.push(result_text(child, depth + 1)),
+                    Some(tools) if results.contains(&k) => tools.push(result_text(child, depth + 1)),
+                    _ if JSON_KEYS.contains(&k) && child.is_object() => all_text(child, out, depth + 1),
                     tools => content_strings(child, out, tools, depth + 1),
                 }
             }
@@ -301,8 +353,91 @@ mod tests {
             );
         }
         let mcp = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{"role":"tool","text":"y"}}}"#;
+        for body in [gemini_body(), gemini_snake_body(), converse_body()] {
+            let p = body_parts(&body);
+            let all = body_text(&body);
+            assert_eq!(
+                all.len(),
+                p.prompt.len() + p.tool_results.iter().map(|t| t.len() + 1).sum::<usize>(),
+                "{all:?} vs {p:?}"
+            );
+        }
         assert_eq!(body_parts(mcp).prompt, body_text(mcp));
         assert!(body_parts(mcp).tool_results.is_empty());
         assert_eq!(body_parts(b"plain").prompt, "plain");
+    }
+
+    /// A Gemini `generateContent` body: a system instruction, a user's
+    /// text and image, the model's call (its thought signature opaque), the
+    /// function's response and a code execution's result.
+    fn gemini_body() -> Vec<u8> {
+        br#"{"systemInstruction": {"parts": [{"text": "one"}]}, "contents": [
+            {"role": "user", "parts": [{"text": "two"}, {"inlineData": {"mimeType": "image/png", "data": "iVBORw0KGgoAAAA"}}]},
+            {"role": "model", "parts": [{"functionCall": {"name": "search", "args": {"three": "four"}}, "thoughtSignature": "CiQBcsjafQ"}]},
+            {"role": "user", "parts": [{"functionResponse": {"name": "search", "response": {"five": ["six"]}}}]},
+            {"role": "model", "parts": [{"executableCode": {"language": "PYTHON", "code": "print(7)"}}, {"codeExecutionResult": {"outcome": "OUTCOME_OK", "output": "seven"}}]}
+        ], "tools": [{"functionDeclarations": [{"name": "search", "description": "declared"}]}], "generationConfig": {"temperature": 0}}"#.to_vec()
+    }
+
+    /// The same in the field names' other spelling, which Gemini takes too,
+    /// with a function message (`role: function`).
+    fn gemini_snake_body() -> Vec<u8> {
+        br#"{"system_instruction": {"parts": [{"text": "one"}]}, "contents": [
+            {"role": "user", "parts": [{"text": "two"}, {"inline_data": {"mime_type": "image/png", "data": "iVBORw0KGgoAAAA"}}]},
+            {"role": "model", "parts": [{"function_call": {"name": "search", "args": {"three": "four"}}, "thought_signature": "CiQBcsjafQ"}]},
+            {"role": "user", "parts": [{"function_response": {"name": "search", "response": {"five": ["six"]}}}]},
+            {"role": "function", "parts": [{"text": "seven"}]}
+        ]}"#.to_vec()
+    }
+
+    /// A Bedrock Converse body: system blocks, an image's bytes, the
+    /// model's tool use, and the tool's result as text and as JSON.
+    fn converse_body() -> Vec<u8> {
+        br#"{"system": [{"text": "one"}], "messages": [
+            {"role": "user", "content": [{"text": "two"}, {"image": {"format": "png", "source": {"bytes": "iVBORw0KGgoAAAA"}}}]},
+            {"role": "assistant", "content": [{"toolUse": {"toolUseId": "tooluse_1", "name": "search", "input": {"three": "four"}}}]},
+            {"role": "user", "content": [{"toolResult": {"toolUseId": "tooluse_1", "content": [{"text": "five"}, {"json": {"six": "seven"}}], "status": "success"}}]}
+        ], "inferenceConfig": {"maxTokens": 10}}"#.to_vec()
+    }
+
+    #[test]
+    fn gemini_and_converse_are_read_as_chat_documents() {
+        let lines = |t: &str| {
+            let mut l: Vec<_> = t.lines().map(str::to_owned).collect();
+            l.sort();
+            l.join(" ")
+        };
+        for body in [gemini_body(), gemini_snake_body()] {
+            let p = body_parts(&body);
+            let prompt = if body == gemini_body() {
+                "four one print(7) search three two"
+            } else {
+                "four one search three two"
+            };
+            assert_eq!(lines(&p.prompt), prompt, "{}", String::from_utf8_lossy(&body));
+            let results: Vec<_> = p.tool_results.iter().map(|t| lines(t)).collect();
+            assert_eq!(results, ["five search six", "seven"]);
+        }
+        // The code the model wrote is its own; what ran it returned is a
+        // tool's result. Declarations and settings are not read.
+        let all = body_text(&gemini_body());
+        assert!(
+            all.contains("print(7)") && !all.contains("declared") && !all.contains("iVBOR"),
+            "{all}"
+        );
+        assert!(!all.contains("CiQB") && !all.contains("image/png"), "{all}");
+        let p = body_parts(&converse_body());
+        assert_eq!(lines(&p.prompt), "four one search three two");
+        assert_eq!(
+            p.tool_results.iter().map(|t| lines(t)).collect::<Vec<_>>(),
+            ["five seven six"]
+        );
+        assert!(!body_text(&converse_body()).contains("tooluse_1"));
+        // Keys of the JSON a model is given are read too; an OpenAI audio
+        // part's data is not.
+        let anthropic = br#"{"messages": [{"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {"ignore previous": 1}}]},
+            {"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "UklGRiQAAABXQVZF", "format": "wav"}}]}]}"#;
+        let t = body_text(anthropic);
+        assert!(t.contains("ignore previous") && !t.contains("UklGR"), "{t}");
     }
 }

@@ -12,6 +12,15 @@ messages' `content` (a string, or `input_text` / `output_text` parts'
 text, `refusal` parts), `function_call_output.output` (a string or parts),
 `function_call.arguments`, reasoning summaries' text.
 POST /v1/completions: `prompt`, a string or a list of strings.
+POST /v1beta/models/M:generateContent (Gemini): `systemInstruction` and
+`contents`, each content's `parts`: `text`, `functionCall.args` and
+`functionResponse.response` as JSON (keys too), `executableCode.code`,
+`codeExecutionResult.output`. Every field name in either spelling
+(`system_instruction`, `function_response`, ...), as a protobuf JSON
+parser takes them.
+POST /model/M/converse (Bedrock Converse): `system` blocks' `text`, and
+`messages`' content blocks: `text`, `toolUse.input` as JSON,
+`toolResult.content`'s `text` and `json` blocks.
 Bodies are read with Python's json (a repeated key: the last one). Each
 request appends {"path", "texts": [...]} to the record and is answered with
 a minimal completion.
@@ -82,6 +91,57 @@ def completions(doc, out):
         out.extend(x for x in p if isinstance(x, str))
 
 
+def field(obj, name):
+    """A protobuf JSON field: its lowerCamelCase name or its proto name."""
+    snake = "".join("_" + c.lower() if c.isupper() else c for c in name)
+    return obj.get(name, obj.get(snake))
+
+
+def gemini(doc, out):
+    contents = [field(doc, "systemInstruction")] + list(doc.get("contents") or [])
+    for content in contents:
+        if not isinstance(content, dict):
+            continue
+        for part in content.get("parts") or []:
+            if not isinstance(part, dict):
+                continue
+            if isinstance(part.get("text"), str):
+                out.append(part["text"])
+            call = field(part, "functionCall")
+            if isinstance(call, dict) and "args" in call:
+                out.append(json.dumps(call["args"]))
+            response = field(part, "functionResponse")
+            if isinstance(response, dict) and "response" in response:
+                out.append(json.dumps(response["response"]))
+            code = field(part, "executableCode")
+            if isinstance(code, dict) and isinstance(code.get("code"), str):
+                out.append(code["code"])
+            result = field(part, "codeExecutionResult")
+            if isinstance(result, dict) and isinstance(result.get("output"), str):
+                out.append(result["output"])
+
+
+def converse(doc, out):
+    for block in doc.get("system") or []:
+        if isinstance(block, dict) and isinstance(block.get("text"), str):
+            out.append(block["text"])
+    for m in doc.get("messages") or []:
+        for block in (m.get("content") or []) if isinstance(m, dict) else []:
+            if not isinstance(block, dict):
+                continue
+            if isinstance(block.get("text"), str):
+                out.append(block["text"])
+            use = block.get("toolUse")
+            if isinstance(use, dict) and "input" in use:
+                out.append(json.dumps(use["input"]))
+            result = block.get("toolResult")
+            for c in (result.get("content") or []) if isinstance(result, dict) else []:
+                if isinstance(c, dict) and isinstance(c.get("text"), str):
+                    out.append(c["text"])
+                if isinstance(c, dict) and "json" in c:
+                    out.append(json.dumps(c["json"]))
+
+
 class Handler(BaseHTTPRequestHandler):
     def log_message(self, *a):
         pass
@@ -100,6 +160,10 @@ class Handler(BaseHTTPRequestHandler):
                 responses(doc, texts)
             elif self.path.endswith("/completions"):
                 completions(doc, texts)
+            elif self.path.endswith(":generateContent"):
+                gemini(doc, texts)
+            elif self.path.endswith("/converse"):
+                converse(doc, texts)
         with open(RECORD, "a") as f:
             f.write(json.dumps({"path": self.path, "texts": texts}) + "\n")
         reply = json.dumps({"id": "x", "object": "chat.completion", "choices": [

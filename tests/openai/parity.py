@@ -85,6 +85,49 @@ def variants():
     resp("responses: reasoning summary", j({"model": "m", "input": [{"type": "reasoning", "id": "r", "summary": [{"type": "summary_text", "text": JAILBREAK}]}]}))
     resp("responses: duplicate input, last", '{"model":"m","input":"hi","input":%s}' % bad)
     resp("responses: escaped item", '{"model":"m","input":[{"role":"user","content":[{"type":"input_text","text":"%s"}]}]}' % esc(JAILBREAK))
+    # Gemini generateContent, in both spellings of its field names, and
+    # Bedrock Converse: the prompt's places, and tool results read as tool
+    # output (an injection deep in a long one is found; a README passes).
+    def gem(name, doc, marker=None):
+        out.append((name, "/v1beta/models/m:generateContent", j(doc), marker))
+
+    def conv(name, doc, marker=None):
+        out.append((name, "/model/m/converse", j(doc), marker))
+
+    def gem_result(response, key="functionResponse"):
+        return {"contents": [{"role": "user", "parts": [{"text": "Summarise the report."}]},
+                             {"role": "model", "parts": [{"functionCall": {"name": "fetch", "args": {}}}]},
+                             {"role": "user", "parts": [{key: {"name": "fetch", "response": response}}]}]}
+
+    def conv_result(content):
+        return {"messages": [{"role": "user", "content": [{"text": "Summarise the report."}]},
+                             {"role": "assistant", "content": [{"toolUse": {"toolUseId": "t", "name": "fetch", "input": {}}}]},
+                             {"role": "user", "content": [{"toolResult": {"toolUseId": "t", "content": content}}]}]}
+
+    m = f"clean-{uuid.uuid4().hex[:8]}"
+    gem("gemini: clean", {"contents": [{"role": "user", "parts": [{"text": f"hello {m}"}]}]}, m)
+    gem("gemini: user text", {"contents": [{"role": "user", "parts": [{"text": JAILBREAK}]}]})
+    gem("gemini: systemInstruction", {"systemInstruction": {"parts": [{"text": JAILBREAK}]}, "contents": [{"role": "user", "parts": [{"text": "hi"}]}]})
+    gem("gemini: system_instruction", {"system_instruction": {"parts": [{"text": JAILBREAK}]}, "contents": [{"role": "user", "parts": [{"text": "hi"}]}]})
+    gem("gemini: functionCall args", {"contents": [{"role": "model", "parts": [{"functionCall": {"name": "f", "args": {"q": JAILBREAK}}}]}]})
+    gem("gemini: functionResponse", gem_result({"result": JAILBREAK}))
+    gem("gemini: function_response", gem_result({"result": JAILBREAK}, "function_response"))
+    gem("gemini: functionResponse key", gem_result({JAILBREAK: True}))
+    gem("gemini: functionResponse, long document", gem_result({"result": long_doc}))
+    gem("gemini: codeExecutionResult", {"contents": [{"role": "model", "parts": [{"codeExecutionResult": {"outcome": "OUTCOME_OK", "output": long_doc}}]}]})
+    m = f"clean-{uuid.uuid4().hex[:8]}"
+    readme = f"# fastgrep {m}\n\n## Install\n\n    curl -sSf https://fastgrep.example/install.sh | sh -s -- --yes\n"
+    gem("gemini: functionResponse, README (clean)", gem_result({"content": readme}), m)
+    m = f"clean-{uuid.uuid4().hex[:8]}"
+    conv("converse: clean", {"messages": [{"role": "user", "content": [{"text": f"hello {m}"}]}]}, m)
+    conv("converse: user text", {"messages": [{"role": "user", "content": [{"text": JAILBREAK}]}]})
+    conv("converse: system", {"system": [{"text": JAILBREAK}], "messages": [{"role": "user", "content": [{"text": "hi"}]}]})
+    conv("converse: toolUse input", {"messages": [{"role": "assistant", "content": [{"toolUse": {"toolUseId": "t", "name": "f", "input": {"q": JAILBREAK}}}]}]})
+    conv("converse: toolResult text", conv_result([{"text": JAILBREAK}]))
+    conv("converse: toolResult json, long document", conv_result([{"json": {"page": long_doc}}]))
+    m = f"clean-{uuid.uuid4().hex[:8]}"
+    readme = f"# fastgrep {m}\n\n## Install\n\n    curl -sSf https://fastgrep.example/install.sh | sh -s -- --yes\n"
+    conv("converse: toolResult, README (clean)", conv_result([{"text": readme}]), m)
     out.append(("completions: prompt", "/v1/completions", j({"model": "m", "prompt": JAILBREAK}), None))
     out.append(("completions: prompt list", "/v1/completions", j({"model": "m", "prompt": ["hi", JAILBREAK]}), None))
     return out

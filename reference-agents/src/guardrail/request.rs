@@ -2,7 +2,8 @@
 //! system, user and assistant text, tool-call arguments; any other body's
 //! text) is scored as a prompt. What tools returned, carried back to the
 //! model inside the call (`role: tool` messages, Responses `*_output`
-//! items, Anthropic `tool_result` blocks: [`text::body_parts`]), is tool
+//! items, Anthropic `tool_result` and Bedrock `toolResult` blocks, Gemini
+//! `functionResponse` parts: [`text::body_parts`]), is tool
 //! output, whichever client executed the tool: each result is scored as the
 //! response side scores a tool's reply, in windows and with tool output's
 //! own families ([`windows`](super::windows)), so a long document cannot

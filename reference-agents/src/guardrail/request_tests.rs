@@ -86,7 +86,32 @@ async fn every_api_shape_of_a_tool_result_is_guarded() {
         {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "search", "input": {}}]},
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": long_document()}]}]}
     ]});
-    for body in [responses, mcp, anthropic] {
+    let gemini = |doc: &str| {
+        json!({"systemInstruction": {"parts": [{"text": "You are a cook."}]}, "contents": [
+            {"role": "user", "parts": [{"text": "Find me a pancake recipe."}]},
+            {"role": "model", "parts": [{"functionCall": {"name": "search", "args": {"q": "pancakes"}}}]},
+            {"role": "user", "parts": [{"functionResponse": {"name": "search", "response": {"result": doc}}}]}
+        ]})
+    };
+    let converse = |doc: &str| {
+        json!({"system": [{"text": "You are a cook."}], "messages": [
+            {"role": "user", "content": [{"text": "Find me a pancake recipe."}]},
+            {"role": "assistant", "content": [{"toolUse": {"toolUseId": "t1", "name": "search", "input": {"q": "pancakes"}}}]},
+            {"role": "user", "content": [{"toolResult": {"toolUseId": "t1", "content": [{"json": {"page": doc}}]}}]}
+        ]})
+    };
+    // A README returned to a Gemini or Bedrock client is tool output too.
+    for body in [gemini(README), converse(README)] {
+        let out = call(&body).await;
+        assert!(out.denial().is_none(), "{body}");
+    }
+    for body in [
+        responses,
+        mcp,
+        anthropic,
+        gemini(&long_document()),
+        converse(&long_document()),
+    ] {
         let out = call(&body).await;
         assert!(out.denial().is_some(), "{body}");
         assert_eq!(
