@@ -47,13 +47,20 @@ fn assess(params: &GuardParams, body: &[u8]) -> Result<(Verdict, Source), Policy
     let detector = Detector::shared()?;
     let parts = text::body_parts(body);
     // `request_tool_results: both`: the results are read as part of the
-    // prompt too (for clients not trusted to label them), as well as alone.
+    // prompt too (for clients not trusted to label them), as well as alone:
+    // the prompt's text, then each result's (the body is parsed once).
+    let mut both = String::new();
     let prompt = if params.tool_results_as_prompt && !parts.tool_results.is_empty() {
-        text::body_text(body)
+        both.push_str(&parts.prompt);
+        for result in &parts.tool_results {
+            both.push('\n');
+            both.push_str(result);
+        }
+        &both
     } else {
-        parts.prompt
+        &parts.prompt
     };
-    let mut worst = (detector.assess(&prompt, &params.weights), Source::Prompt);
+    let mut worst = (detector.assess(prompt, &params.weights), Source::Prompt);
     for (i, result) in parts.tool_results.iter().enumerate() {
         let v = super::windows::assess(detector, result, &params.weights, params.windowed);
         if v.score > worst.0.score {
