@@ -3,6 +3,7 @@
 //! `jwtValidation` (RS256, ES256, HS256; RS256 with keys from a JWK set URL,
 //! served once by a loopback stub, to price the remote-key cache), `piiRedaction` on 64 KiB bodies
 //! (text and JSON), `promptInjectionGuard` (4 KiB and 64 KiB chat bodies, a
+//! call declaring 14 tools checked and unchecked, a
 //! 4 KiB tool message read as tool output,
 //! clean, attacked, obfuscated and multilingual; clean once with the learned
 //! model off), and the learned model alone on 4 KiB (with its p99).
@@ -249,7 +250,45 @@ fn injection(c: &mut Criterion) {
             });
         }
     }
+    // A short prompt with the filesystem server's 14 tools declared: with
+    // the declarations checked (the default), and skipped; the difference
+    // is their cost per model call.
+    let tools: Vec<serde_json::Value> = filesystem_tools()
+        .iter()
+        .map(|t| serde_json::json!({"type": "function", "function": {"name": t["name"], "description": t["description"], "parameters": t["inputSchema"]}}))
+        .collect();
+    let body = serde_json::json!({"model": "m", "messages": [{"role": "user", "content": "List the files in the project and open its README."}], "tools": tools}).to_string();
+    let req = TestRequest::new("POST", "/v1/chat/completions").body(body);
+    let ignore = TestCall::new().params(&[("action", "flag"), ("request_tool_declarations", "ignore")]);
+    for (name, call) in [("declares_14_tools", &call), ("declares_14_tools_unchecked", &ignore)] {
+        let out = rt.block_on(call.request(&PromptInjectionGuard, &req)).expect("runs");
+        assert!(out.header_set("x-prompt-risk").is_none(), "{name}");
+        group.bench_function(name, |b| {
+            b.iter(|| rt.block_on(call.request(&PromptInjectionGuard, black_box(&req))))
+        });
+        percentiles(&format!("promptInjectionGuard/{name}"), 5_000, || {
+            black_box(
+                rt.block_on(call.request(&PromptInjectionGuard, black_box(&req)))
+                    .is_ok(),
+            );
+        });
+    }
     group.finish();
+}
+
+/// The filesystem reference server's tools (`tools-lists.jsonl`).
+fn filesystem_tools() -> Vec<serde_json::Value> {
+    let lists = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/testdata/guard-eval/tools-lists.jsonl"
+    ))
+    .expect("tools-lists.jsonl");
+    let filesystem: serde_json::Value = lists
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["source"] == "server-filesystem")
+        .expect("the filesystem server's list");
+    filesystem["tools"].as_array().cloned().expect("tools")
 }
 
 /// The learned model alone on 4 KiB of folded text, and its per-call p99
@@ -307,17 +346,7 @@ fn injection_response(c: &mut Criterion) {
     let rt = runtime();
     let call = TestCall::new();
     let req = TestRequest::new("POST", "/mcp").body(r#"{"jsonrpc":"2.0","id":7,"method":"tools/call"}"#);
-    let lists = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/testdata/guard-eval/tools-lists.jsonl"
-    ))
-    .expect("tools-lists.jsonl");
-    let filesystem: serde_json::Value = lists
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find(|v| v["source"] == "server-filesystem")
-        .expect("the filesystem server's list");
-    let list = serde_json::json!({"jsonrpc": "2.0", "id": 7, "result": {"tools": filesystem["tools"]}}).to_string();
+    let list = serde_json::json!({"jsonrpc": "2.0", "id": 7, "result": {"tools": filesystem_tools()}}).to_string();
     let injected = INJECTED;
     let mut group = c.benchmark_group("promptInjectionGuard_response");
     for (name, body) in [

@@ -220,25 +220,39 @@ pub struct BodyParts {
     pub tool_results: Vec<String>,
 }
 
-/// Reads `body` as [`body_text`] says, a chat document's tool results into
-/// `tools` when given.
-fn read_body(body: &[u8], tools: Option<&mut Vec<String>>) -> String {
-    let Ok(doc) = serde_json::from_slice::<Value>(body) else {
-        return String::from_utf8_lossy(body).into_owned();
-    };
+/// Reads a parsed body as [`body_text`] says, a chat document's tool
+/// results into `tools` when given.
+fn read_doc(doc: &Value, tools: Option<&mut Vec<String>>) -> String {
     let mut out = String::new();
     if !doc.as_object().is_some_and(|obj| read_chat(obj, &mut out, tools)) {
-        all_text(&doc, &mut out, 0);
+        all_text(doc, &mut out, 0);
     }
     out
+}
+
+/// Whether `doc` is a chat document (it has one of [`CHAT_FIELDS`]).
+pub fn is_chat_document(doc: &Value) -> bool {
+    doc.as_object()
+        .is_some_and(|obj| CHAT_FIELDS.iter().any(|f| obj.contains_key(*f)))
 }
 
 /// [`body_text`]'s reading of `body`, with a chat document's tool results
 /// set apart, one text per result. Nothing is dropped: the prompt and the
 /// results together hold every string `body_text` reads.
 pub fn body_parts(body: &[u8]) -> BodyParts {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(doc) => doc_parts(&doc),
+        Err(_) => BodyParts {
+            prompt: String::from_utf8_lossy(body).into_owned(),
+            tool_results: Vec::new(),
+        },
+    }
+}
+
+/// [`body_parts`] of a body already parsed as JSON.
+pub fn doc_parts(doc: &Value) -> BodyParts {
     let mut tool_results = Vec::new();
-    let prompt = read_body(body, Some(&mut tool_results));
+    let prompt = read_doc(doc, Some(&mut tool_results));
     tool_results.retain(|t| !t.is_empty());
     BodyParts { prompt, tool_results }
 }
@@ -247,7 +261,10 @@ pub fn body_parts(body: &[u8]) -> BodyParts {
 /// document, every key and string of any other JSON, else the whole body
 /// (lossy UTF-8).
 pub fn body_text(body: &[u8]) -> String {
-    read_body(body, None)
+    match serde_json::from_slice::<Value>(body) {
+        Ok(doc) => read_doc(&doc, None),
+        Err(_) => String::from_utf8_lossy(body).into_owned(),
+    }
 }
 
 #[cfg(test)]

@@ -21,6 +21,10 @@ parser takes them.
 POST /model/M/converse (Bedrock Converse): `system` blocks' `text`, and
 `messages`' content blocks: `text`, `toolUse.input` as JSON,
 `toolResult.content`'s `text` and `json` blocks.
+Every request's tool declarations are recorded too, as the model is given
+them: `tools[].function` and `functions[]` (chat), `tools[]` (Responses),
+Gemini's `functionDeclarations`, Converse's `toolConfig.tools[].toolSpec`:
+each one's description and schema as JSON.
 Bodies are read with Python's json (a repeated key: the last one). Each
 request appends {"path", "texts": [...]} to the record and is answered with
 a minimal completion.
@@ -142,6 +146,21 @@ def converse(doc, out):
                     out.append(json.dumps(c["json"]))
 
 
+def declarations(doc, out):
+    tools = list(doc.get("tools") or []) + list(doc.get("functions") or [])
+    config = doc.get("toolConfig")
+    if isinstance(config, dict):
+        tools += list(config.get("tools") or [])
+    for t in tools:
+        if not isinstance(t, dict):
+            continue
+        decls = field(t, "functionDeclarations")
+        inner = decls if isinstance(decls, list) else [t.get("function") or t.get("toolSpec") or t]
+        for d in inner:
+            if isinstance(d, dict):
+                out.append(json.dumps({k: v for k, v in d.items() if k != "name"}))
+
+
 class Handler(BaseHTTPRequestHandler):
     def log_message(self, *a):
         pass
@@ -164,6 +183,7 @@ class Handler(BaseHTTPRequestHandler):
                 gemini(doc, texts)
             elif self.path.endswith("/converse"):
                 converse(doc, texts)
+            declarations(doc, texts)
         with open(RECORD, "a") as f:
             f.write(json.dumps({"path": self.path, "texts": texts}) + "\n")
         reply = json.dumps({"id": "x", "object": "chat.completion", "choices": [

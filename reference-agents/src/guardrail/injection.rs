@@ -51,9 +51,11 @@ pub(super) const MAX_SPANS: usize = 16;
 /// poisoned tool in a `tools/list` result does), `response_windows` (`true`:
 /// a response's text, and each tool result in a request, scores as its
 /// worst window), `request_tool_results`
-/// (`tool_output`, or `both`: also read as part of the prompt) and one
+/// (`tool_output`, or `both`: also read as part of the prompt),
+/// `request_tool_declarations` (`check`: a model call's declared tools are
+/// checked for poisoning; `ignore`) and one
 /// `weight_<family>` per family.
-pub const PARAMS: [&str; 23] = [
+pub const PARAMS: [&str; 24] = [
     "threshold",
     "action",
     "phases",
@@ -62,6 +64,7 @@ pub const PARAMS: [&str; 23] = [
     "poisoned_tools",
     "response_windows",
     "request_tool_results",
+    "request_tool_declarations",
     "weight_instruction_override",
     "weight_persona_switch",
     "weight_refusal_suppression",
@@ -94,6 +97,9 @@ pub struct GuardParams {
     /// Tool results in a request are also scored as part of the prompt
     /// (`request_tool_results: both`).
     pub(super) tool_results_as_prompt: bool,
+    /// A model call's tool declarations are checked for poisoning
+    /// (`request_tool_declarations: check`).
+    pub(super) check_declarations: bool,
 }
 
 /// What a poisoned tool in a `tools/list` result does (with `action: block`).
@@ -167,8 +173,20 @@ impl FromParams for GuardParams {
                 ))
             }
         };
+        let check_declarations = match p.get("request_tool_declarations").map(str::trim).unwrap_or("check") {
+            "check" => true,
+            "ignore" => false,
+            other => {
+                return Err(ParamError::invalid(
+                    "request_tool_declarations",
+                    other,
+                    "expected check or ignore",
+                ))
+            }
+        };
         Ok(GuardParams {
             tool_results_as_prompt,
+            check_declarations,
             poisoned_tools,
             windowed,
             threshold,

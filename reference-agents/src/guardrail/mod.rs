@@ -14,7 +14,8 @@
 //!   exfiltration, misspelled keywords), and MCP `tools/list` results tool
 //!   by tool for poisoning (removed from the list, or the list refused).
 //!   On the request side, the tool results a model call carries are read
-//!   as tool output too, each on its own (`request`).
+//!   as tool output too, each on its own (`request`), and the tools it
+//!   declares are checked for poisoning (`declarations`).
 //! * [`PiiRedaction`] (`piiRedaction`): masks e-mails, phone numbers
 //!   (confirmed with libphonenumber's metadata, national formats of the
 //!   configured regions and international ones), card
@@ -24,6 +25,7 @@
 //!   as KarnEvil9's, with secrets redacted; [`verify_journal`] checks it.
 
 pub mod audit;
+mod declarations;
 mod detector;
 mod extraction;
 mod headers;

@@ -1,5 +1,6 @@
 //! MCP tool poisoning: instructions to the model hidden in a `tools/list`
-//! result's tool definitions.
+//! result's tool definitions (or in the tools a model call declares:
+//! [`declarations`](super::declarations)).
 //!
 //! A tool's definition is read by the model as instructions about when and
 //! how to call it, so each tool is scored on its own: its `name`, `title`,
@@ -173,6 +174,22 @@ pub struct ToolVerdict {
     pub categories: Vec<&'static str>,
 }
 
+/// The members of a tool definition that hold a JSON schema: MCP's, and a
+/// model call's declarations' (OpenAI `parameters`, Anthropic
+/// `input_schema`, Gemini `parametersJsonSchema` and `response` in either
+/// spelling, Bedrock `inputSchema.json`).
+const SCHEMAS: [&str; 9] = [
+    "inputSchema",
+    "outputSchema",
+    "parameters",
+    "input_schema",
+    "parametersJsonSchema",
+    "parameters_json_schema",
+    "response",
+    "responseJsonSchema",
+    "response_json_schema",
+];
+
 /// The texts of a tool definition the model reads, one per line.
 pub fn tool_text(tool: &Value) -> String {
     let mut out = String::new();
@@ -190,7 +207,7 @@ pub fn tool_text(tool: &Value) -> String {
     if let Some(s) = tool.pointer("/annotations/title").and_then(Value::as_str) {
         push(s);
     }
-    for key in ["inputSchema", "outputSchema"] {
+    for key in SCHEMAS {
         if let Some(schema) = tool.get(key) {
             schema_texts(schema, &mut push);
         }

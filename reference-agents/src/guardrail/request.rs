@@ -15,14 +15,29 @@
 //! what a tool returned: a jailbreak put in a tool message is read as a
 //! prompt too), and each result is still scored as tool output.
 //!
+//! The tool declarations of a chat document (`tools`, `functions`,
+//! `toolConfig`: [`declarations`]) are checked for tool poisoning first,
+//! tool by tool as a `tools/list` result is (`request_tool_declarations:
+//! check`, the default; `ignore` skips them). With `action: block` a call
+//! that declares a poisoned tool is refused: 403 `{"error": "forbidden",
+//! "reason": "tool_poisoning", "tools": [...], "categories": [...]}`; with
+//! `flag` it goes on with `x-prompt-risk`. Metadata as the response side's:
+//! `tool_poisoning` (`refused`, `flagged`), `tool_poisoning_tools`,
+//! `tool_poisoning_categories`, `tool_poisoning_score`.
+//!
 //! The worst of the prompt and the results decides. Metadata:
 //! `prompt_risk_score`, `prompt_risk_categories`, `prompt_risk_spans` (byte
 //! ranges in the text that decided), and `prompt_risk_source` (`prompt`, or
 //! `tool_result:N`: the document's N-th tool result, from 0). A block's body
 //! names the source too.
 
+use serde_json::Value;
+
+use super::declarations;
 use super::detector::{Detector, Verdict};
 use super::injection::{round, spans, Action, GuardParams, MAX_SPANS};
+use super::metrics;
+use super::poisoning::ToolVerdict;
 use crate::text;
 use policy_agents::{PolicyError, RequestOutcome};
 
@@ -42,10 +57,14 @@ impl std::fmt::Display for Source {
     }
 }
 
-/// The worst verdict of `body`'s prompt and tool results, and where it was.
-fn assess(params: &GuardParams, body: &[u8]) -> Result<(Verdict, Source), PolicyError> {
+/// The worst verdict of `body`'s prompt and tool results, and where it was
+/// (`doc`: the body parsed, when it is JSON).
+fn assess(params: &GuardParams, body: &[u8], doc: Option<&Value>) -> Result<(Verdict, Source), PolicyError> {
     let detector = Detector::shared()?;
-    let parts = text::body_parts(body);
+    let parts = match doc {
+        Some(doc) => text::doc_parts(doc),
+        None => text::body_parts(body),
+    };
     // `request_tool_results: both`: the results are read as part of the
     // prompt too (for clients not trusted to label them), as well as alone:
     // the prompt's text, then each result's (the body is parsed once).
@@ -70,11 +89,85 @@ fn assess(params: &GuardParams, body: &[u8]) -> Result<(Verdict, Source), Policy
     Ok(worst)
 }
 
+/// The poisoned tool declarations of a chat document (none unless
+/// `request_tool_declarations: check`), counted in metrics.
+fn poisoned_declarations(params: &GuardParams, doc: Option<&Value>) -> Result<Vec<ToolVerdict>, PolicyError> {
+    let Some(doc) = doc.filter(|d| params.check_declarations && text::is_chat_document(d)) else {
+        return Ok(Vec::new());
+    };
+    let (declared, poisoned) =
+        declarations::poisoned(doc, &params.weights, params.threshold).map_err(PolicyError::new)?;
+    if declared > 0 {
+        let decision = match (poisoned.is_empty(), params.action) {
+            (true, _) => "pass",
+            (false, Action::Block) => "refused",
+            (false, Action::Flag) => "flagged",
+        };
+        let categories: Vec<&str> = poisoned.iter().flat_map(|v| v.categories.iter().copied()).collect();
+        metrics::tool_declarations(decision, &categories);
+    }
+    Ok(poisoned)
+}
+
+/// The metadata of poisoned declarations: as the response side's for a
+/// `tools/list` result.
+fn with_poisoning(o: RequestOutcome, poisoned: &[ToolVerdict], decision: &str) -> RequestOutcome {
+    let mut categories: Vec<&str> = poisoned.iter().flat_map(|v| v.categories.iter().copied()).collect();
+    categories.sort_unstable();
+    categories.dedup();
+    let names: Vec<&str> = poisoned.iter().map(|v| v.name.as_str()).collect();
+    o.set_metadata("tool_poisoning", decision)
+        .set_metadata("tool_poisoning_tools", names.join(","))
+        .set_metadata("tool_poisoning_categories", categories.join(","))
+        .set_metadata("tool_poisoning_score", format!("{:.2}", worst(poisoned)))
+}
+
+fn worst(poisoned: &[ToolVerdict]) -> f64 {
+    poisoned.iter().map(|v| v.score).fold(0.0, f64::max)
+}
+
 /// The guard's request hook on a buffered body.
 pub(super) fn on_request(params: &GuardParams, body: &[u8]) -> Result<RequestOutcome, PolicyError> {
-    let (verdict, source) = assess(params, body)?;
+    let doc = serde_json::from_slice::<Value>(body).ok();
+    let poisoned = poisoned_declarations(params, doc.as_ref())?;
+    if !poisoned.is_empty() && params.action == Action::Block {
+        let mut categories: Vec<&str> = poisoned.iter().flat_map(|v| v.categories.iter().copied()).collect();
+        categories.sort_unstable();
+        categories.dedup();
+        let body = serde_json::json!({
+            "error": "forbidden",
+            "reason": "tool_poisoning",
+            "tools": poisoned.iter().map(|v| &v.name).collect::<Vec<_>>(),
+            "categories": categories,
+            "risk_score": round(worst(&poisoned)),
+            "threshold": params.threshold,
+        });
+        let deny = RequestOutcome::deny_json(403, &body).deny_reason("tool_poisoning");
+        return Ok(with_poisoning(deny, &poisoned, "refused"));
+    }
+    let out = on_prompt(params, body, doc.as_ref(), worst(&poisoned))?;
+    Ok(if poisoned.is_empty() {
+        out
+    } else {
+        with_poisoning(out, &poisoned, "flagged")
+    })
+}
+
+/// The prompt and tool results' decision; with `action: flag`, the header
+/// carries `flagged` when it is higher (a poisoned declaration's score).
+fn on_prompt(
+    params: &GuardParams,
+    body: &[u8],
+    doc: Option<&Value>,
+    flagged: f64,
+) -> Result<RequestOutcome, PolicyError> {
+    let (verdict, source) = assess(params, body, doc)?;
     if verdict.score == 0.0 {
-        return Ok(RequestOutcome::proceed());
+        return Ok(if flagged > 0.0 {
+            RequestOutcome::proceed().set_header("x-prompt-risk", format!("{flagged:.2}"))
+        } else {
+            RequestOutcome::proceed()
+        });
     }
     let score = format!("{:.2}", verdict.score);
     let source = source.to_string();
@@ -85,7 +178,12 @@ pub(super) fn on_request(params: &GuardParams, body: &[u8]) -> Result<RequestOut
             .set_metadata("prompt_risk_source", source.clone())
     };
     if verdict.score < params.threshold {
-        return Ok(with_metadata(RequestOutcome::proceed()));
+        let o = RequestOutcome::proceed();
+        return Ok(with_metadata(if flagged > 0.0 {
+            o.set_header("x-prompt-risk", format!("{flagged:.2}"))
+        } else {
+            o
+        }));
     }
     match params.action {
         Action::Block => {
@@ -114,7 +212,7 @@ pub(super) fn on_request(params: &GuardParams, body: &[u8]) -> Result<RequestOut
             ))
         }
         Action::Flag => Ok(with_metadata(
-            RequestOutcome::proceed().set_header("x-prompt-risk", &score),
+            RequestOutcome::proceed().set_header("x-prompt-risk", format!("{:.2}", verdict.score.max(flagged))),
         )),
     }
 }
