@@ -112,14 +112,19 @@ fn poisoned_declarations(params: &GuardParams, doc: Option<&Value>) -> Result<Ve
 /// The metadata of poisoned declarations: as the response side's for a
 /// `tools/list` result.
 fn with_poisoning(o: RequestOutcome, poisoned: &[ToolVerdict], decision: &str) -> RequestOutcome {
-    let mut categories: Vec<&str> = poisoned.iter().flat_map(|v| v.categories.iter().copied()).collect();
-    categories.sort_unstable();
-    categories.dedup();
     let names: Vec<&str> = poisoned.iter().map(|v| v.name.as_str()).collect();
     o.set_metadata("tool_poisoning", decision)
         .set_metadata("tool_poisoning_tools", names.join(","))
-        .set_metadata("tool_poisoning_categories", categories.join(","))
+        .set_metadata("tool_poisoning_categories", categories(poisoned).join(","))
         .set_metadata("tool_poisoning_score", format!("{:.2}", worst(poisoned)))
+}
+
+/// The poisoned tools' categories, each once.
+fn categories(poisoned: &[ToolVerdict]) -> Vec<&'static str> {
+    let mut all: Vec<&str> = poisoned.iter().flat_map(|v| v.categories.iter().copied()).collect();
+    all.sort_unstable();
+    all.dedup();
+    all
 }
 
 fn worst(poisoned: &[ToolVerdict]) -> f64 {
@@ -131,14 +136,11 @@ pub(super) fn on_request(params: &GuardParams, body: &[u8]) -> Result<RequestOut
     let doc = serde_json::from_slice::<Value>(body).ok();
     let poisoned = poisoned_declarations(params, doc.as_ref())?;
     if !poisoned.is_empty() && params.action == Action::Block {
-        let mut categories: Vec<&str> = poisoned.iter().flat_map(|v| v.categories.iter().copied()).collect();
-        categories.sort_unstable();
-        categories.dedup();
         let body = serde_json::json!({
             "error": "forbidden",
             "reason": "tool_poisoning",
             "tools": poisoned.iter().map(|v| &v.name).collect::<Vec<_>>(),
-            "categories": categories,
+            "categories": categories(&poisoned),
             "risk_score": round(worst(&poisoned)),
             "threshold": params.threshold,
         });

@@ -29,8 +29,8 @@ import subprocess
 import sys
 import tempfile
 
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fetch_tools_lists import tools_of  # noqa: E402
 
 # (npm package, arguments, environment): dummy credentials where a server
 # wants one to start.
@@ -75,15 +75,6 @@ console.log(JSON.stringify(tools));
 def package(root, name):
     with open(os.path.join(root, "node_modules", name, "package.json")) as f:
         return json.load(f)
-
-
-async def tools_of(command, args, env):
-    params = StdioServerParameters(command=command, args=args, env=env)
-    async with stdio_client(params) as (read, write):
-        async with ClientSession(read, write) as session:
-            await session.initialize()
-            result = await session.list_tools()
-            return [t.model_dump(mode="json", exclude_none=True, by_alias=True) for t in result.tools]
 
 
 async def main(root):
