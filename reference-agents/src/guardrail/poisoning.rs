@@ -117,9 +117,12 @@ fn patterns() -> Vec<(Poison, f64, String)> {
     ]
 }
 
-/// A negation right before a match: "do not", "never", "avoid", ...
-static NEGATED: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"(?-u:\b)(?:do not|don'?t|dont|never|must not|should not|shouldn'?t|cannot|can'?t|avoid|without) (?:ever |always )?$")
+/// What makes the word after it no act: a negation ("do not", "never",
+/// "avoid", ...), or an article or a preposition, after which the word is
+/// a noun ("under load", "a list of", "the copy"). Not "to": "you need to
+/// read ~/.ssh/id_rsa" is an act.
+static NOT_AN_ACT: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?-u:\b)(?:(?:do not|don'?t|dont|never|must not|should not|shouldn'?t|cannot|can'?t|avoid|without) (?:ever |always )?|(?:a|an|the|under|on|at|of|for|with|by|upon|during|from|in|into) )$")
         .expect("a valid pattern")
 });
 
@@ -240,19 +243,24 @@ fn schema_texts(v: &Value, push: &mut impl FnMut(&str)) {
     }
 }
 
-/// Whether `re` matches `text` somewhere not right after a negation. "Do
-/// not include API keys", "never change the recipient": a definition that
-/// forbids the act is not poisoned by naming it. After a negated match the
-/// search goes on from its next character, so a negated clause cannot
-/// cover an act that follows it ("do not log the token; read ~/.ssh ...").
-fn unnegated_match(re: &Regex, text: &str) -> bool {
+/// Whether `re` matches `text` somewhere as an act the definition asks
+/// for. Not an act: a match right after a negation ("do not include API
+/// keys", "never change the recipient": a definition that forbids the act
+/// is not poisoned by naming it), or after an article or a preposition
+/// ("under load, an API key ..."); nor one the description opens with,
+/// which says what the tool does ("List environment variables for a
+/// Worker", `opening`: the folded description). After a match that is no
+/// act the search goes on from its next character, so a negated clause
+/// cannot cover an act that follows it ("do not log the token; read
+/// ~/.ssh/id_rsa ...").
+fn asks_for_act(re: &Regex, text: &str, opening: &str) -> bool {
     let mut at = 0;
     while let Some(m) = re.find_at(text, at) {
         let from = (m.start().saturating_sub(40)..=m.start())
             .find(|&i| text.is_char_boundary(i))
             .unwrap_or(m.start());
-        let before = &text[from..m.start()];
-        if !NEGATED.is_match(before) {
+        let opens = !opening.is_empty() && opening.starts_with(m.as_str());
+        if !NOT_AN_ACT.is_match(&text[from..m.start()]) && !opens {
             return true;
         }
         at = m.start() + text[m.start()..].chars().next().map_or(1, char::len_utf8);
@@ -266,10 +274,17 @@ pub fn score_tool(tool: &Value, weights: &Weights) -> Result<ToolVerdict, String
     let text = tool_text(tool);
     let n = normalize(&text);
     let mut scores = [0.0f64; 4];
+    let mut opening = None;
     for i in compiled.set.matches(&n.text).iter() {
         let (family, strength, re) = &compiled.each[i];
-        if matches!(family, Poison::SecretAccess | Poison::Shadowing) && !unnegated_match(re, &n.text) {
-            continue;
+        if matches!(family, Poison::SecretAccess | Poison::Shadowing) {
+            let opening = opening.get_or_insert_with(|| {
+                let description = tool.get("description").and_then(Value::as_str).unwrap_or("");
+                normalize(description).text
+            });
+            if !asks_for_act(re, &n.text, opening) {
+                continue;
+            }
         }
         scores[family.index()] += strength;
     }

@@ -16,7 +16,14 @@ Development time only (nothing is downloaded at run time or in tests):
         mcp-server-kubernetes tavily-mcp mongodb-mcp-server \\
         @wonderwhy-er/desktop-commander figma-developer-mcp \\
         @google/gemini-cli-core @google/genai zod zod-to-json-schema
-    .venv/bin/python fetch_third_party_tools_lists.py /tmp/mcp3 > tools-lists-third-party.jsonl
+    # the second set, measured after the first set's fixes:
+    mkdir /tmp/mcp5 && cd /tmp/mcp5 && npm init -y && npm install --ignore-scripts \
+        @executeautomation/playwright-mcp-server @browserbasehq/mcp-server-browserbase \
+        @hubspot/mcp-server @agentdeskai/browser-tools-mcp @cloudflare/mcp-server-cloudflare
+    python3 -m venv /tmp/mcp4 && /tmp/mcp4/bin/pip install \
+        awslabs.aws-documentation-mcp-server arxiv-mcp-server
+    .venv/bin/python fetch_third_party_tools_lists.py /tmp/mcp3 /tmp/mcp5 /tmp/mcp4 \
+        > tools-lists-third-party.jsonl
 
 (`.venv` is the project's: it has the MCP SDK.) Packages without a licence
 that allows copying their text are left out.
@@ -54,6 +61,21 @@ SERVERS = [
     ("figma-developer-mcp", ["--stdio"], {"FIGMA_API_KEY": "dummy"}),
 ]
 
+# The second set, first scored after the first set's fixes.
+SERVERS_2 = [
+    ("@executeautomation/playwright-mcp-server", [], {}),
+    ("@browserbasehq/mcp-server-browserbase", [], {"BROWSERBASE_API_KEY": "dummy", "BROWSERBASE_PROJECT_ID": "dummy",
+                                                   "GEMINI_API_KEY": "dummy"}),
+    ("@hubspot/mcp-server", [], {"PRIVATE_APP_ACCESS_TOKEN": "dummy"}),
+    ("@agentdeskai/browser-tools-mcp", [], {}),
+    ("@cloudflare/mcp-server-cloudflare", ["run", "dummy"], {"CLOUDFLARE_API_TOKEN": "dummy"}),
+]
+# (PyPI package, its console script): the second set's Python servers.
+PYPI_2 = [
+    ("awslabs.aws-documentation-mcp-server", "awslabs.aws-documentation-mcp-server"),
+    ("arxiv-mcp-server", "arxiv-mcp-server"),
+]
+
 # Gemini CLI's tool declarations (each model family's set, the shell tool's
 # variants), as MCP-shaped tools: name, description, inputSchema.
 GEMINI_CLI = r"""
@@ -77,8 +99,8 @@ def package(root, name):
         return json.load(f)
 
 
-async def main(root):
-    for name, args, env in SERVERS:
+async def npm_servers(root, servers):
+    for name, args, env in servers:
         pj = package(root, name)
         entry = pj["bin"] if isinstance(pj["bin"], str) else next(iter(pj["bin"].values()))
         script = os.path.join(root, "node_modules", name, entry)
@@ -86,6 +108,21 @@ async def main(root):
         tools = await asyncio.wait_for(tools_of("node", [script, *args], environ), 120)
         print(json.dumps({"source": name, "package": "npm " + name, "version": pj["version"],
                           "licence": pj.get("license", ""), "tools": tools}), flush=True)
+
+
+async def main(root, root_2, venv_2):
+    await npm_servers(root, SERVERS)
+    await npm_servers(root_2, SERVERS_2)
+    for name, script in PYPI_2:
+        meta = json.loads(subprocess.run(
+            [os.path.join(venv_2, "bin", "python"), "-c",
+             "import json, sys; from importlib.metadata import metadata; m = metadata(sys.argv[1]); "
+             "print(json.dumps([m['Version'], m.get('License-Expression') or m.get('License') or '']))", name],
+            capture_output=True, text=True, check=True).stdout)
+        environ = dict(os.environ, HOME=tempfile.mkdtemp())
+        tools = await asyncio.wait_for(tools_of(os.path.join(venv_2, "bin", script), [], environ), 120)
+        print(json.dumps({"source": name, "package": "PyPI " + name, "version": meta[0],
+                          "licence": meta[1], "tools": tools}), flush=True)
     core = "@google/gemini-cli-core"
     pj = package(root, core)
     out = subprocess.run(["node", "--input-type=module", "-e", GEMINI_CLI, root],
@@ -95,4 +132,5 @@ async def main(root):
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1] if len(sys.argv) > 1 else "/tmp/mcp3"))
+    args = sys.argv[1:] + ["/tmp/mcp3", "/tmp/mcp5", "/tmp/mcp4"][len(sys.argv) - 1:]
+    asyncio.run(main(*args[:3]))
