@@ -240,17 +240,18 @@ pub fn is_chat_document(doc: &Value) -> bool {
 /// set apart, one text per result. Nothing is dropped: the prompt and the
 /// results together hold every string `body_text` reads.
 pub fn body_parts(body: &[u8]) -> BodyParts {
-    match serde_json::from_slice::<Value>(body) {
-        Ok(doc) => doc_parts(&doc),
-        Err(_) => BodyParts {
-            prompt: String::from_utf8_lossy(body).into_owned(),
-            tool_results: Vec::new(),
-        },
-    }
+    parts_of(body, serde_json::from_slice::<Value>(body).ok().as_ref())
 }
 
-/// [`body_parts`] of a body already parsed as JSON.
-pub fn doc_parts(doc: &Value) -> BodyParts {
+/// [`body_parts`] of `body` already parsed (`doc`: `None` when it is not
+/// JSON).
+pub fn parts_of(body: &[u8], doc: Option<&Value>) -> BodyParts {
+    let Some(doc) = doc else {
+        return BodyParts {
+            prompt: String::from_utf8_lossy(body).into_owned(),
+            tool_results: Vec::new(),
+        };
+    };
     let mut tool_results = Vec::new();
     let prompt = read_doc(doc, Some(&mut tool_results));
     tool_results.retain(|t| !t.is_empty());

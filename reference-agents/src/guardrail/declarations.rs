@@ -21,7 +21,7 @@
 use serde_json::Value;
 
 use super::detector::Weights;
-use super::poisoning::{self, ToolVerdict};
+use super::poisoning::{self, Scan};
 
 /// The declarations of a chat document's tools, each as one object whose
 /// `name`, `description` and schemas [`poisoning::tool_text`] reads.
@@ -47,18 +47,10 @@ pub fn declared(doc: &Value) -> Vec<&Value> {
     out
 }
 
-/// The poisoned declarations of `doc` (at or above `threshold`), in order,
-/// and how many it declares.
-pub fn poisoned(doc: &Value, weights: &Weights, threshold: f64) -> Result<(usize, Vec<ToolVerdict>), String> {
-    let tools = declared(doc);
-    let mut found = Vec::new();
-    for tool in &tools {
-        let v = poisoning::score_tool(tool, weights)?;
-        if v.score >= threshold {
-            found.push(v);
-        }
-    }
-    Ok((tools.len(), found))
+/// `doc`'s declarations scored as a `tools/list` result's tools are
+/// ([`poisoning::scan_tools`]).
+pub fn scan(doc: &Value, weights: &Weights, threshold: f64) -> Result<Scan, String> {
+    poisoning::scan_tools(declared(doc), weights, threshold)
 }
 
 #[cfg(test)]

@@ -111,17 +111,27 @@ pub(super) enum PoisonedTools {
     Refuse,
 }
 
+/// A param that names one of two choices, the first its default: "expected
+/// a or b" otherwise.
+fn one_of<T: Copy>(p: &Params, name: &str, choices: [(&str, T); 2]) -> Result<T, ParamError> {
+    let value = p.get(name).map(str::trim).unwrap_or(choices[0].0);
+    match choices.iter().find(|(c, _)| *c == value) {
+        Some((_, v)) => Ok(*v),
+        None => Err(ParamError::invalid(
+            name,
+            value,
+            format!("expected {} or {}", choices[0].0, choices[1].0),
+        )),
+    }
+}
+
 impl FromParams for GuardParams {
     fn from_params(p: &Params) -> Result<Self, ParamError> {
         let threshold: f64 = p.parse_or("threshold", 0.5)?;
         if !(threshold.is_finite() && threshold > 0.0) {
             return Err(ParamError::invalid("threshold", &threshold.to_string(), "must be > 0"));
         }
-        let action = match p.get("action").map(str::trim).unwrap_or("block") {
-            "block" => Action::Block,
-            "flag" => Action::Flag,
-            other => return Err(ParamError::invalid("action", other, "expected block or flag")),
-        };
+        let action = one_of(p, "action", [("block", Action::Block), ("flag", Action::Flag)])?;
         let mut weights = Weights::default();
         for family in Family::ALL {
             let name = format!("weight_{}", family.as_str());
@@ -150,40 +160,14 @@ impl FromParams for GuardParams {
             ));
         }
         let jsonrpc_error_code: i64 = p.parse_or("jsonrpc_error_code", -32001)?;
-        let poisoned_tools = match p.get("poisoned_tools").map(str::trim).unwrap_or("remove") {
-            "remove" => PoisonedTools::Remove,
-            "refuse" => PoisonedTools::Refuse,
-            other => {
-                return Err(ParamError::invalid(
-                    "poisoned_tools",
-                    other,
-                    "expected remove or refuse",
-                ))
-            }
-        };
+        let poisoned_tools = one_of(
+            p,
+            "poisoned_tools",
+            [("remove", PoisonedTools::Remove), ("refuse", PoisonedTools::Refuse)],
+        )?;
         let windowed: bool = p.parse_or("response_windows", true)?;
-        let tool_results_as_prompt = match p.get("request_tool_results").map(str::trim).unwrap_or("tool_output") {
-            "tool_output" => false,
-            "both" => true,
-            other => {
-                return Err(ParamError::invalid(
-                    "request_tool_results",
-                    other,
-                    "expected tool_output or both",
-                ))
-            }
-        };
-        let check_declarations = match p.get("request_tool_declarations").map(str::trim).unwrap_or("check") {
-            "check" => true,
-            "ignore" => false,
-            other => {
-                return Err(ParamError::invalid(
-                    "request_tool_declarations",
-                    other,
-                    "expected check or ignore",
-                ))
-            }
-        };
+        let tool_results_as_prompt = one_of(p, "request_tool_results", [("tool_output", false), ("both", true)])?;
+        let check_declarations = one_of(p, "request_tool_declarations", [("check", true), ("ignore", false)])?;
         Ok(GuardParams {
             tool_results_as_prompt,
             check_declarations,

@@ -340,21 +340,33 @@ pub fn scan(msg: &Value, weights: &Weights, threshold: f64) -> Result<Option<Sca
     let Some(tools) = tools_of(msg) else {
         return Ok(None);
     };
-    let mut poisoned = Vec::new();
-    let mut worst = 0.0f64;
-    for (i, tool) in tools.iter().enumerate() {
+    let mut scan = scan_tools(tools, weights, threshold)?;
+    scan.id = msg.get("id").cloned().unwrap_or(Value::Null);
+    Ok(Some(scan))
+}
+
+/// Scores tool definitions one by one (a `tools/list` result's, or the
+/// tools a model call declares); the scan's `id` is null.
+pub fn scan_tools<'a>(
+    tools: impl IntoIterator<Item = &'a Value>,
+    weights: &Weights,
+    threshold: f64,
+) -> Result<Scan, String> {
+    let mut scan = Scan {
+        id: Value::Null,
+        tools: 0,
+        poisoned: Vec::new(),
+        worst: 0.0,
+    };
+    for (i, tool) in tools.into_iter().enumerate() {
         let v = score_tool(tool, weights)?;
-        worst = worst.max(v.score);
+        scan.tools += 1;
+        scan.worst = scan.worst.max(v.score);
         if v.score >= threshold {
-            poisoned.push((i, v));
+            scan.poisoned.push((i, v));
         }
     }
-    Ok(Some(Scan {
-        id: msg.get("id").cloned().unwrap_or(Value::Null),
-        tools: tools.len(),
-        poisoned,
-        worst,
-    }))
+    Ok(scan)
 }
 
 /// The byte offset of `part` in `whole` (a slice of it).

@@ -37,7 +37,7 @@ use super::declarations;
 use super::detector::{Detector, Verdict};
 use super::injection::{round, spans, Action, GuardParams, MAX_SPANS};
 use super::metrics;
-use super::poisoning::ToolVerdict;
+use super::poisoning::Scan;
 use crate::text;
 use policy_agents::{PolicyError, RequestOutcome};
 
@@ -61,10 +61,7 @@ impl std::fmt::Display for Source {
 /// (`doc`: the body parsed, when it is JSON).
 fn assess(params: &GuardParams, body: &[u8], doc: Option<&Value>) -> Result<(Verdict, Source), PolicyError> {
     let detector = Detector::shared()?;
-    let parts = match doc {
-        Some(doc) => text::doc_parts(doc),
-        None => text::body_parts(body),
-    };
+    let parts = text::parts_of(body, doc);
     // `request_tool_results: both`: the results are read as part of the
     // prompt too (for clients not trusted to label them), as well as alone:
     // the prompt's text, then each result's (the body is parsed once).
@@ -89,74 +86,65 @@ fn assess(params: &GuardParams, body: &[u8], doc: Option<&Value>) -> Result<(Ver
     Ok(worst)
 }
 
-/// The poisoned tool declarations of a chat document (none unless
-/// `request_tool_declarations: check`), counted in metrics.
-fn poisoned_declarations(params: &GuardParams, doc: Option<&Value>) -> Result<Vec<ToolVerdict>, PolicyError> {
+/// The scan of a chat document's tool declarations, when it declares any
+/// and `request_tool_declarations: check`; counted in metrics.
+fn scan_declarations(params: &GuardParams, doc: Option<&Value>) -> Result<Option<Scan>, PolicyError> {
     let Some(doc) = doc.filter(|d| params.check_declarations && text::is_chat_document(d)) else {
-        return Ok(Vec::new());
+        return Ok(None);
     };
-    let (declared, poisoned) =
-        declarations::poisoned(doc, &params.weights, params.threshold).map_err(PolicyError::new)?;
-    if declared > 0 {
-        let decision = match (poisoned.is_empty(), params.action) {
-            (true, _) => "pass",
-            (false, Action::Block) => "refused",
-            (false, Action::Flag) => "flagged",
-        };
-        let categories: Vec<&str> = poisoned.iter().flat_map(|v| v.categories.iter().copied()).collect();
-        metrics::tool_declarations(decision, &categories);
+    let scan = declarations::scan(doc, &params.weights, params.threshold).map_err(PolicyError::new)?;
+    if scan.tools == 0 {
+        return Ok(None);
     }
-    Ok(poisoned)
+    let decision = match (scan.poisoned.is_empty(), params.action) {
+        (true, _) => "pass",
+        (false, Action::Block) => "refused",
+        (false, Action::Flag) => "flagged",
+    };
+    let categories: Vec<&str> = scan
+        .poisoned
+        .iter()
+        .flat_map(|(_, v)| v.categories.iter().copied())
+        .collect();
+    metrics::tool_declarations(decision, &categories);
+    Ok(Some(scan))
 }
 
 /// The metadata of poisoned declarations: as the response side's for a
 /// `tools/list` result.
-fn with_poisoning(o: RequestOutcome, poisoned: &[ToolVerdict], decision: &str) -> RequestOutcome {
-    let names: Vec<&str> = poisoned.iter().map(|v| v.name.as_str()).collect();
+fn with_poisoning(o: RequestOutcome, scan: &Scan, decision: &str) -> RequestOutcome {
     o.set_metadata("tool_poisoning", decision)
-        .set_metadata("tool_poisoning_tools", names.join(","))
-        .set_metadata("tool_poisoning_categories", categories(poisoned).join(","))
-        .set_metadata("tool_poisoning_score", format!("{:.2}", worst(poisoned)))
-}
-
-/// The poisoned tools' categories, each once.
-fn categories(poisoned: &[ToolVerdict]) -> Vec<&'static str> {
-    let mut all: Vec<&str> = poisoned.iter().flat_map(|v| v.categories.iter().copied()).collect();
-    all.sort_unstable();
-    all.dedup();
-    all
-}
-
-fn worst(poisoned: &[ToolVerdict]) -> f64 {
-    poisoned.iter().map(|v| v.score).fold(0.0, f64::max)
+        .set_metadata("tool_poisoning_tools", scan.names())
+        .set_metadata("tool_poisoning_categories", scan.categories().join(","))
+        .set_metadata("tool_poisoning_score", format!("{:.2}", scan.worst))
 }
 
 /// The guard's request hook on a buffered body.
 pub(super) fn on_request(params: &GuardParams, body: &[u8]) -> Result<RequestOutcome, PolicyError> {
     let doc = serde_json::from_slice::<Value>(body).ok();
-    let poisoned = poisoned_declarations(params, doc.as_ref())?;
-    if !poisoned.is_empty() && params.action == Action::Block {
+    let poisoned = scan_declarations(params, doc.as_ref())?.filter(|s| !s.poisoned.is_empty());
+    let Some(scan) = poisoned else {
+        return on_prompt(params, body, doc.as_ref(), 0.0);
+    };
+    if params.action == Action::Block {
         let body = serde_json::json!({
             "error": "forbidden",
             "reason": "tool_poisoning",
-            "tools": poisoned.iter().map(|v| &v.name).collect::<Vec<_>>(),
-            "categories": categories(&poisoned),
-            "risk_score": round(worst(&poisoned)),
+            "tools": scan.poisoned.iter().map(|(_, v)| &v.name).collect::<Vec<_>>(),
+            "categories": scan.categories(),
+            "risk_score": round(scan.worst),
             "threshold": params.threshold,
         });
         let deny = RequestOutcome::deny_json(403, &body).deny_reason("tool_poisoning");
-        return Ok(with_poisoning(deny, &poisoned, "refused"));
+        return Ok(with_poisoning(deny, &scan, "refused"));
     }
-    let out = on_prompt(params, body, doc.as_ref(), worst(&poisoned))?;
-    Ok(if poisoned.is_empty() {
-        out
-    } else {
-        with_poisoning(out, &poisoned, "flagged")
-    })
+    let out = on_prompt(params, body, doc.as_ref(), scan.worst)?;
+    Ok(with_poisoning(out, &scan, "flagged"))
 }
 
-/// The prompt and tool results' decision; with `action: flag`, the header
-/// carries `flagged` when it is higher (a poisoned declaration's score).
+/// The prompt and tool results' decision. `flagged`: a score the request
+/// is flagged with whatever the prompt scores (a poisoned declaration's,
+/// with `action: flag`); `x-prompt-risk` carries the higher of the two.
 fn on_prompt(
     params: &GuardParams,
     body: &[u8],
@@ -164,12 +152,17 @@ fn on_prompt(
     flagged: f64,
 ) -> Result<RequestOutcome, PolicyError> {
     let (verdict, source) = assess(params, body, doc)?;
-    if verdict.score == 0.0 {
-        return Ok(if flagged > 0.0 {
-            RequestOutcome::proceed().set_header("x-prompt-risk", format!("{flagged:.2}"))
+    let over = verdict.score >= params.threshold;
+    let flag = |o: RequestOutcome| {
+        let score = if over { verdict.score.max(flagged) } else { flagged };
+        if score > 0.0 {
+            o.set_header("x-prompt-risk", format!("{score:.2}"))
         } else {
-            RequestOutcome::proceed()
-        });
+            o
+        }
+    };
+    if verdict.score == 0.0 {
+        return Ok(flag(RequestOutcome::proceed()));
     }
     let score = format!("{:.2}", verdict.score);
     let source = source.to_string();
@@ -179,44 +172,32 @@ fn on_prompt(
             .set_metadata("prompt_risk_spans", spans(&verdict))
             .set_metadata("prompt_risk_source", source.clone())
     };
-    if verdict.score < params.threshold {
-        let o = RequestOutcome::proceed();
-        return Ok(with_metadata(if flagged > 0.0 {
-            o.set_header("x-prompt-risk", format!("{flagged:.2}"))
-        } else {
-            o
-        }));
+    if !over || params.action == Action::Flag {
+        return Ok(with_metadata(flag(RequestOutcome::proceed())));
     }
-    match params.action {
-        Action::Block => {
-            let families: Vec<_> = verdict
-                .families
-                .iter()
-                .map(|f| {
-                    serde_json::json!({
-                        "category": f.family.as_str(),
-                        "score": round(f.score),
-                        "spans": f.spans.iter().take(MAX_SPANS).map(|(s, e)| [s, e]).collect::<Vec<_>>(),
-                    })
-                })
-                .collect();
-            let body = serde_json::json!({
-                "error": "forbidden",
-                "reason": "prompt_injection_detected",
-                "categories": verdict.categories(),
-                "detections": families,
-                "risk_score": round(verdict.score),
-                "threshold": params.threshold,
-                "source": source,
-            });
-            Ok(with_metadata(
-                RequestOutcome::deny_json(403, &body).deny_reason("prompt_injection_detected"),
-            ))
-        }
-        Action::Flag => Ok(with_metadata(
-            RequestOutcome::proceed().set_header("x-prompt-risk", format!("{:.2}", verdict.score.max(flagged))),
-        )),
-    }
+    let families: Vec<_> = verdict
+        .families
+        .iter()
+        .map(|f| {
+            serde_json::json!({
+                "category": f.family.as_str(),
+                "score": round(f.score),
+                "spans": f.spans.iter().take(MAX_SPANS).map(|(s, e)| [s, e]).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    let body = serde_json::json!({
+        "error": "forbidden",
+        "reason": "prompt_injection_detected",
+        "categories": verdict.categories(),
+        "detections": families,
+        "risk_score": round(verdict.score),
+        "threshold": params.threshold,
+        "source": source,
+    });
+    Ok(with_metadata(
+        RequestOutcome::deny_json(403, &body).deny_reason("prompt_injection_detected"),
+    ))
 }
 
 #[cfg(test)]
