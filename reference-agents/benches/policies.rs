@@ -3,7 +3,8 @@
 //! `jwtValidation` (RS256, ES256, HS256; RS256 with keys from a JWK set URL,
 //! served once by a loopback stub, to price the remote-key cache), `piiRedaction` on 64 KiB bodies
 //! (text and JSON), `promptInjectionGuard` (4 KiB and 64 KiB chat bodies, a
-//! call declaring 14 tools checked and unchecked, a
+//! call declaring 14 tools checked (remembered, and new to the guard) and
+//! unchecked, a
 //! 4 KiB tool message read as tool output,
 //! clean, attacked, obfuscated and multilingual; clean once with the learned
 //! model off), and the learned model alone on 4 KiB (with its p99).
@@ -13,7 +14,7 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use jsonwebtoken::{encode, Algorithm, EncodingKey, Header};
 use policy_agents::testing::{TestCall, TestRequest, TestResponse};
 use reference_agents::auth::JwtValidation;
@@ -252,13 +253,41 @@ fn injection(c: &mut Criterion) {
     }
     // A short prompt with the filesystem server's 14 tools declared: with
     // the declarations checked (the default), and skipped; the difference
-    // is their cost per model call.
-    let tools: Vec<serde_json::Value> = filesystem_tools()
-        .iter()
-        .map(|t| serde_json::json!({"type": "function", "function": {"name": t["name"], "description": t["description"], "parameters": t["inputSchema"]}}))
-        .collect();
-    let body = serde_json::json!({"model": "m", "messages": [{"role": "user", "content": "List the files in the project and open its README."}], "tools": tools}).to_string();
-    let req = TestRequest::new("POST", "/v1/chat/completions").body(body);
+    // is their cost per model call. An agent sends the same declarations
+    // in every call, so after the first one their verdicts are remembered;
+    // `declares_14_new_tools` names the call in each description, so that
+    // every call's declarations are new to the guard (an agent's first
+    // call, or one after its tools changed).
+    let call_declaring = |n: Option<usize>| {
+        let tools: Vec<serde_json::Value> = filesystem_tools()
+            .iter()
+            .map(|t| {
+                let description = t["description"].as_str().unwrap_or("");
+                let description = n.map_or(description.to_string(), |n| format!("{description} (call {n})"));
+                serde_json::json!({"type": "function", "function": {"name": t["name"], "description": description, "parameters": t["inputSchema"]}})
+            })
+            .collect();
+        let body = serde_json::json!({"model": "m", "messages": [{"role": "user", "content": "List the files in the project and open its README."}], "tools": tools}).to_string();
+        TestRequest::new("POST", "/v1/chat/completions").body(body)
+    };
+    let req = call_declaring(None);
+    let mut n = 0;
+    group.bench_function("declares_14_new_tools", |b| {
+        b.iter_batched(
+            || {
+                n += 1;
+                call_declaring(Some(n))
+            },
+            |req| rt.block_on(call.request(&PromptInjectionGuard, black_box(&req))),
+            BatchSize::SmallInput,
+        )
+    });
+    let fresh: Vec<TestRequest> = (0..2_000).map(|i| call_declaring(Some(usize::MAX - i))).collect();
+    let mut fresh = fresh.iter();
+    percentiles("promptInjectionGuard/declares_14_new_tools", 2_000, || {
+        let req = fresh.next().expect("a request per call");
+        black_box(rt.block_on(call.request(&PromptInjectionGuard, black_box(req))).is_ok());
+    });
     let ignore = TestCall::new().params(&[("action", "flag"), ("request_tool_declarations", "ignore")]);
     for (name, call) in [("declares_14_tools", &call), ("declares_14_tools_unchecked", &ignore)] {
         let out = rt.block_on(call.request(&PromptInjectionGuard, &req)).expect("runs");
@@ -375,6 +404,47 @@ fn injection_response(c: &mut Criterion) {
             );
         });
     }
+    // The same list with every tool new to the guard (each description
+    // names the list), as a server's first listing is read; the list above
+    // is found remembered after its first call.
+    let new_list = |n: usize| {
+        let tools: Vec<serde_json::Value> = filesystem_tools()
+            .into_iter()
+            .map(|mut t| {
+                let description = format!("{} (list {n})", t["description"].as_str().unwrap_or(""));
+                t["description"] = description.into();
+                t
+            })
+            .collect();
+        let body = serde_json::json!({"jsonrpc": "2.0", "id": 7, "result": {"tools": tools}}).to_string();
+        TestResponse::new(200)
+            .header("content-type", "application/json")
+            .body(body)
+    };
+    let mut n = 0;
+    group.bench_function("tools_list_server_filesystem_new", |b| {
+        b.iter_batched(
+            || {
+                n += 1;
+                new_list(n)
+            },
+            |resp| rt.block_on(call.response(&PromptInjectionGuard, &req, black_box(&resp))),
+            BatchSize::SmallInput,
+        )
+    });
+    let fresh: Vec<TestResponse> = (0..2_000).map(|i| new_list(usize::MAX - i)).collect();
+    let mut fresh = fresh.iter();
+    percentiles(
+        "promptInjectionGuard_response/tools_list_server_filesystem_new",
+        2_000,
+        || {
+            let resp = fresh.next().expect("a response per call");
+            black_box(
+                rt.block_on(call.response(&PromptInjectionGuard, &req, black_box(resp)))
+                    .is_ok(),
+            );
+        },
+    );
     group.finish();
 }
 

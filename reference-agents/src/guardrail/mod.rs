@@ -15,7 +15,8 @@
 //!   by tool for poisoning (removed from the list, or the list refused).
 //!   On the request side, the tool results a model call carries are read
 //!   as tool output too, each on its own (`request`), and the tools it
-//!   declares are checked for poisoning (`declarations`).
+//!   declares are checked for poisoning (`declarations`). A tool
+//!   definition's verdict is remembered by its content (`verdicts`).
 //! * [`PiiRedaction`] (`piiRedaction`): masks e-mails, phone numbers
 //!   (confirmed with libphonenumber's metadata, national formats of the
 //!   configured regions and international ones), card
@@ -45,6 +46,7 @@ mod redactor;
 mod request;
 mod response;
 mod typos;
+mod verdicts;
 pub mod windows;
 
 pub use audit::{verify_journal, AuditError, AuditLog, Journal, JournalOptions};

@@ -31,7 +31,7 @@
 //! them and [`remove`] rewrites the message without them, keeping every
 //! other byte.
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use regex::{Regex, RegexSet, RegexSetBuilder};
 use serde_json::value::RawValue;
@@ -39,6 +39,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 
 use super::detector::{Detector, Family, Weights};
+use super::verdicts;
 use crate::normalize::normalize;
 
 /// A poisoning family.
@@ -268,20 +269,31 @@ fn asks_for_act(re: &Regex, text: &str, opening: &str) -> bool {
     false
 }
 
-/// Scores one tool definition.
-pub fn score_tool(tool: &Value, weights: &Weights) -> Result<ToolVerdict, String> {
-    let compiled = COMPILED.as_ref().map_err(Clone::clone)?;
+/// Scores one tool definition, or finds the verdict of the same definition
+/// scored before with the same weights ([`verdicts`]).
+pub fn score_tool(tool: &Value, weights: &Weights) -> Result<Arc<ToolVerdict>, String> {
     let text = tool_text(tool);
-    let n = normalize(&text);
+    let name = tool.get("name").and_then(Value::as_str).unwrap_or("");
+    let description = tool.get("description").and_then(Value::as_str).unwrap_or("");
+    let key = verdicts::key(&[name, description, &text], weights);
+    if let Some(v) = verdicts::get(&key) {
+        return Ok(v);
+    }
+    let v = Arc::new(score_text(name, description, &text, weights)?);
+    verdicts::insert(key, Arc::clone(&v));
+    Ok(v)
+}
+
+/// Scores a tool definition: `text` is its [`tool_text`].
+fn score_text(name: &str, description: &str, text: &str, weights: &Weights) -> Result<ToolVerdict, String> {
+    let compiled = COMPILED.as_ref().map_err(Clone::clone)?;
+    let n = normalize(text);
     let mut scores = [0.0f64; 4];
     let mut opening = None;
     for i in compiled.set.matches(&n.text).iter() {
         let (family, strength, re) = &compiled.each[i];
         if matches!(family, Poison::SecretAccess | Poison::Shadowing) {
-            let opening = opening.get_or_insert_with(|| {
-                let description = tool.get("description").and_then(Value::as_str).unwrap_or("");
-                normalize(description).text
-            });
+            let opening = opening.get_or_insert_with(|| normalize(description).text);
             if !asks_for_act(re, &n.text, opening) {
                 continue;
             }
@@ -298,7 +310,7 @@ pub fn score_tool(tool: &Value, weights: &Weights) -> Result<ToolVerdict, String
         }
     }
     let detector = Detector::shared().map_err(|e| e.to_string())?;
-    let verdict = detector.assess_tool_definition(&text, &tool_weights(weights));
+    let verdict = detector.assess_tool_definition(text, &tool_weights(weights));
     for f in &verdict.families {
         if weights.get(f.family) > 0.0 && tool_weights(weights).get(f.family) > 0.0 {
             categories.push(f.family.as_str());
@@ -306,7 +318,7 @@ pub fn score_tool(tool: &Value, weights: &Weights) -> Result<ToolVerdict, String
     }
     score += verdict.score;
     Ok(ToolVerdict {
-        name: tool.get("name").and_then(Value::as_str).unwrap_or("").to_string(),
+        name: name.to_string(),
         score,
         categories,
     })
@@ -320,7 +332,7 @@ pub struct Scan {
     /// How many tools the list has.
     pub tools: usize,
     /// The poisoned tools (at or above the threshold), by index in the list.
-    pub poisoned: Vec<(usize, ToolVerdict)>,
+    pub poisoned: Vec<(usize, Arc<ToolVerdict>)>,
     /// The highest tool score (poisoned or not).
     pub worst: f64,
 }
