@@ -52,13 +52,16 @@ pub fn get(key: &[u8; 32]) -> Option<Arc<ToolVerdict>> {
 }
 
 /// Remembers `verdict` under `key` (not one with a name over
-/// [`NAME_BYTES`]).
-pub fn insert(key: [u8; 32], verdict: Arc<ToolVerdict>) {
-    if verdict.name.len() <= NAME_BYTES {
-        if let Ok(mut verdicts) = VERDICTS.lock() {
-            verdicts.put(key, verdict);
-        }
+/// [`NAME_BYTES`]) and returns the verdict remembered: one already there
+/// when the same definition was scored meanwhile (the first stays).
+pub fn remember(key: [u8; 32], verdict: Arc<ToolVerdict>) -> Arc<ToolVerdict> {
+    if verdict.name.len() > NAME_BYTES {
+        return verdict;
     }
+    let Ok(mut verdicts) = VERDICTS.lock() else {
+        return verdict;
+    };
+    Arc::clone(verdicts.get_or_insert(key, || verdict))
 }
 
 #[cfg(test)]
