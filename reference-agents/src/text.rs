@@ -119,6 +119,19 @@ fn result_members(map: &serde_json::Map<String, Value>) -> &'static [&'static st
     }
 }
 
+/// Responses input items that declare tools rather than say something:
+/// `additional_tools` (tools added at that point) and `tool_search_output`
+/// (tools a tool search loaded). Their definitions are read as
+/// declarations (the guard's `declarations`), not as the prompt.
+const TOOL_ITEMS: &[&str] = &["additional_tools", "tool_search_output"];
+
+/// Whether a chat document's item declares tools ([`TOOL_ITEMS`]).
+pub fn carries_tools(item: &Value) -> bool {
+    item.get("type")
+        .and_then(Value::as_str)
+        .is_some_and(|t| TOOL_ITEMS.contains(&t))
+}
+
 /// Whether `map` is encoded data whose `data` member is not text: a
 /// `base64` source (Anthropic), an encrypted `redacted_thinking` block,
 /// a blob with its `mimeType` (Gemini `inlineData`) or an audio part with
@@ -196,9 +209,20 @@ fn all_text(v: &Value, out: &mut String, depth: usize) {
 fn read_chat(obj: &serde_json::Map<String, Value>, out: &mut String, mut tools: Option<&mut Vec<String>>) -> bool {
     let mut found = false;
     for field in CHAT_FIELDS {
-        if let Some(v) = obj.get(*field) {
-            found = true;
-            content_strings(v, out, tools.as_deref_mut(), 0);
+        match obj.get(*field) {
+            // Responses input items: those that declare tools are not read
+            // here (only there, at the top of `input`).
+            Some(Value::Array(items)) if *field == "input" => {
+                found = true;
+                for item in items.iter().filter(|i| !carries_tools(i)) {
+                    content_strings(item, out, tools.as_deref_mut(), 1);
+                }
+            }
+            Some(v) => {
+                found = true;
+                content_strings(v, out, tools.as_deref_mut(), 0);
+            }
+            None => {}
         }
     }
     found
@@ -416,6 +440,23 @@ mod tests {
             {"role": "assistant", "content": [{"toolUse": {"toolUseId": "tooluse_1", "name": "search", "input": {"three": "four"}}}]},
             {"role": "user", "content": [{"toolResult": {"toolUseId": "tooluse_1", "content": [{"text": "five"}, {"json": {"six": "seven"}}], "status": "success"}}]}
         ], "inferenceConfig": {"maxTokens": 10}}"#.to_vec()
+    }
+
+    #[test]
+    fn responses_items_that_declare_tools_are_not_the_prompt() {
+        let doc = serde_json::json!({"model": "m", "input": [
+            {"type": "additional_tools", "role": "developer", "tools": [{"type": "namespace", "name": "functions",
+                "description": "Tool set.", "tools": [{"type": "custom", "name": "exec", "description": "Run code."}]}]},
+            {"type": "message", "role": "developer", "content": "Be brief."},
+            {"type": "tool_search_output", "execution": "client", "tools": [{"type": "function", "name": "f", "description": "Loaded."}]},
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"},
+                // Not an item of `input`: read as any content is.
+                {"type": "additional_tools", "tools": [{"description": "nested"}]}]}
+        ]});
+        let parts = parts_of(b"", Some(&doc));
+        assert_eq!(parts.prompt, "Be brief.\nhi\nnested");
+        assert!(parts.tool_results.is_empty());
+        assert_eq!(chat_text(&doc).as_deref(), Some("Be brief.\nhi\nnested"));
     }
 
     #[test]

@@ -10,7 +10,7 @@
 //! | API | declarations |
 //! |---|---|
 //! | OpenAI chat completions | `tools[].function` (`name`, `description`, `parameters`); legacy `functions[]` |
-//! | Responses | `tools[]` of type `function` or `custom` (`name`, `description`, `parameters`) |
+//! | Responses | `tools[]` of type `function` or `custom` (`name`, `description`, `parameters`, `output_schema`); a `namespace` tool's own `description` and its `tools[]`; the same in `input[]` items that carry tools: `additional_tools` (tools added at that point of the conversation, as Codex declares its own) and `tool_search_output` (tools a tool search loaded) |
 //! | Anthropic messages | `tools[]` (`name`, `description`, `input_schema`) |
 //! | Gemini | `tools[].functionDeclarations[]` or `function_declarations` (`parameters`, `parametersJsonSchema`, `response`, ...) |
 //! | Bedrock Converse | `toolConfig.tools[].toolSpec` (`name`, `description`, `inputSchema.json`) |
@@ -22,29 +22,56 @@ use serde_json::Value;
 
 use super::detector::Weights;
 use super::poisoning::{self, Scan};
+use crate::text;
 
 /// The declarations of a chat document's tools, each as one object whose
 /// `name`, `description` and schemas [`poisoning::tool_text`] reads.
 pub fn declared(doc: &Value) -> Vec<&Value> {
-    let lists = [doc.get("tools"), doc.get("functions"), doc.pointer("/toolConfig/tools")];
+    let top = [doc.get("tools"), doc.get("functions"), doc.pointer("/toolConfig/tools")];
+    // Responses input items that carry tools.
+    let items = doc
+        .get("input")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|i| text::carries_tools(i))
+        .map(|i| i.get("tools"));
     let mut out = Vec::new();
-    for item in lists.into_iter().flatten().filter_map(Value::as_array).flatten() {
-        let gemini = item
-            .get("functionDeclarations")
-            .or_else(|| item.get("function_declarations"))
-            .and_then(Value::as_array);
-        if let Some(declarations) = gemini {
-            out.extend(declarations.iter().filter(|d| d.is_object()));
-        } else if let Some(inner) = ["function", "toolSpec"]
-            .iter()
-            .find_map(|k| item.get(*k).filter(|v| v.is_object()))
-        {
-            out.push(inner);
-        } else if item.is_object() {
-            out.push(item);
-        }
+    for item in top
+        .into_iter()
+        .chain(items)
+        .flatten()
+        .filter_map(Value::as_array)
+        .flatten()
+    {
+        push_tool(item, &mut out, true);
     }
     out
+}
+
+/// Pushes the declarations of one item of a tool list: a Gemini tool's
+/// function declarations, a chat `function` or Bedrock `toolSpec`, a
+/// Responses `namespace` (its own description, then its tools, once
+/// deep), or the item itself.
+fn push_tool<'a>(item: &'a Value, out: &mut Vec<&'a Value>, top: bool) {
+    let gemini = item
+        .get("functionDeclarations")
+        .or_else(|| item.get("function_declarations"))
+        .and_then(Value::as_array);
+    if let Some(declarations) = gemini {
+        out.extend(declarations.iter().filter(|d| d.is_object()));
+    } else if let Some(inner) = ["function", "toolSpec"]
+        .iter()
+        .find_map(|k| item.get(*k).filter(|v| v.is_object()))
+    {
+        out.push(inner);
+    } else if item.is_object() {
+        out.push(item);
+        let namespace = item.get("type").and_then(Value::as_str) == Some("namespace");
+        if let Some(tools) = item.get("tools").and_then(Value::as_array).filter(|_| top && namespace) {
+            tools.iter().for_each(|t| push_tool(t, out, false));
+        }
+    }
 }
 
 /// `doc`'s declarations scored as a `tools/list` result's tools are
@@ -77,6 +104,14 @@ mod tests {
         assert_eq!(names(gemini), ["e", "f", "g", ""]);
         let converse = json!({"toolConfig": {"tools": [{"toolSpec": {"name": "h", "inputSchema": {"json": {}}}}]}});
         assert_eq!(names(converse), ["h"]);
+        // Responses namespaces, and tools declared in input items.
+        let codex = json!({"tools": [{"type": "namespace", "name": "crm", "description": "CRM tools.",
+                "tools": [{"type": "function", "name": "i"}, {"type": "custom", "name": "j"}]}],
+            "input": [{"type": "additional_tools", "role": "developer", "tools": [{"type": "namespace", "name": "functions",
+                "description": "", "tools": [{"type": "custom", "name": "k"}]}, {"type": "function", "name": "l"}]},
+                {"type": "message", "role": "user", "content": "hi", "tools": [{"name": "not_a_declaration"}]},
+                {"type": "tool_search_output", "execution": "client", "tools": [{"type": "function", "name": "m"}]}]});
+        assert_eq!(names(codex), ["crm", "i", "j", "functions", "k", "l", "m"]);
         assert!(declared(&json!({"messages": []})).is_empty());
     }
 }

@@ -97,7 +97,10 @@ fn patterns() -> Vec<(Poison, f64, String)> {
         (HiddenInstructions, 0.3, r"(?-u:\b)otherwise (?:the |this )?(?:tool|system|application|server|function|app) (?:will|would|may|might) (?:not work|fail|crash|break|error)".into()),
         // Concealment.
         (Concealment, 0.6, format!(r"(?-u:\b)(?:do not|don'?t|dont|never|must not|should not|without|avoid) (?:ever )?(?:tell|telling|mention|mentioning|inform|informing|notify|notifying|alert|alerting|reveal|revealing|disclose|disclosing|show|showing|let on|explain|explaining|report|reporting|bring up|ask|asking|warn|warning|confirm with)(?-u:\b)[^.\n]{{0,40}}(?-u:\b){USER}(?-u:\b)")),
-        (Concealment, 0.6, format!(r"(?-u:\b){USER} (?:must|should|shall|will|need|needs to)(?: not|n'?t| never) (?:know|see|notice|be told|be informed|find out|learn|be aware|suspect)(?-u:\b)")),
+        (Concealment, 0.6, format!(r"(?-u:\b){USER} (?:must|should|shall|need|needs to)(?: not|n'?t| never) (?:know|see|notice|be told|be informed|find out|learn|be aware|suspect)(?-u:\b)")),
+        // A prediction ("the user will not notice" a jittered minute) is
+        // no instruction to hide; it counts beside another sign.
+        (Concealment, 0.3, format!(r"(?-u:\b){USER} (?:will|would)(?: not|n'?t| never) (?:know|see|notice|find out|learn|be aware|suspect)(?-u:\b)")),
         (Concealment, 0.5, format!(r"(?-u:\b)(?:hide|hidden|conceal|keep|secret)(?-u:\b)[^.\n]{{0,30}}(?-u:\b)from {USER}(?-u:\b)")),
         (Concealment, 0.3, r"(?-u:\b)(?:silently|secretly|covertly|quietly|discreetly|invisibly)(?-u:\b)".into()),
         (Concealment, 0.3, r"(?-u:\b)(?:this could|it could|it may|this may|might) (?:even )?(?:upset|scare|alarm|worry|confuse) (?:the )?user".into()),
@@ -181,10 +184,11 @@ pub struct ToolVerdict {
 /// The members of a tool definition that hold a JSON schema: MCP's, and a
 /// model call's declarations' (OpenAI `parameters`, Anthropic
 /// `input_schema`, Gemini `parametersJsonSchema` and `response` in either
-/// spelling, Bedrock `inputSchema.json`).
-const SCHEMAS: [&str; 9] = [
+/// spelling, Bedrock `inputSchema.json`, Responses `output_schema`).
+const SCHEMAS: [&str; 10] = [
     "inputSchema",
     "outputSchema",
+    "output_schema",
     "parameters",
     "input_schema",
     "parametersJsonSchema",
@@ -280,8 +284,7 @@ pub fn score_tool(tool: &Value, weights: &Weights) -> Result<Arc<ToolVerdict>, S
         return Ok(v);
     }
     let v = Arc::new(score_text(name, description, &text, weights)?);
-    verdicts::insert(key, Arc::clone(&v));
-    Ok(v)
+    Ok(verdicts::remember(key, v))
 }
 
 /// Scores a tool definition: `text` is its [`tool_text`].

@@ -167,6 +167,15 @@ async fn a_model_call_declaring_a_poisoned_tool_is_refused_in_every_api_shape() 
         json!({"messages": [{"role": "user", "content": [{"text": "What is 2 + 3?"}]}],
             "toolConfig": {"tools": [{"toolSpec": {"name": "add", "description": POISONED, "inputSchema": {"json": schema}}}]}}),
         json!({"model": "m", "messages": user, "functions": [{"name": "add", "description": POISONED, "parameters": schema}]}),
+        // Responses: in a namespace, added by an input item (as Codex
+        // declares its tools), or loaded by a tool search.
+        json!({"model": "m", "input": "What is 2 + 3?", "tools": [{"type": "namespace", "name": "math", "description": "Arithmetic.",
+            "tools": [{"type": "function", "name": "add", "description": POISONED, "parameters": schema}]}]}),
+        json!({"model": "m", "input": [{"type": "additional_tools", "role": "developer", "tools": [{"type": "namespace",
+            "name": "functions", "description": "", "tools": [{"type": "function", "name": "add", "description": POISONED, "parameters": schema}]}]},
+            {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "What is 2 + 3?"}]}]}),
+        json!({"model": "m", "input": [{"type": "message", "role": "user", "content": "What is 2 + 3?"},
+            {"type": "tool_search_output", "execution": "client", "call_id": "c1", "tools": [{"type": "function", "name": "add", "description": POISONED}]}]}),
     ];
     for body in &shapes {
         let out = call(body).await;
