@@ -146,6 +146,21 @@ def variants():
         "tools": [{"function_declarations": [{"name": "add", "description": POISONED, "parameters": schema}]}]})
     conv("converse: poisoned toolSpec", {"messages": [{"role": "user", "content": [{"text": "What is 2 + 3?"}]}],
         "toolConfig": {"tools": [{"toolSpec": {"name": "add", "description": POISONED, "inputSchema": {"json": schema}}}]}})
+    # Responses: a namespace's tools, and tools declared by input items
+    # (Codex declares all its tools in an `additional_tools` item).
+    resp_tool = lambda desc: {"type": "function", "name": "add", "description": desc, "parameters": schema}
+    resp("responses: poisoned tool in a namespace", j({"model": "m", "input": "What is 2 + 3?", "tools": [
+        {"type": "namespace", "name": "math", "description": "Arithmetic.", "tools": [resp_tool(POISONED)]}]}))
+    additional = lambda desc, text: {"model": "m", "input": [
+        {"type": "additional_tools", "role": "developer", "tools": [
+            {"type": "namespace", "name": "functions", "description": "", "tools": [resp_tool(desc)]}]},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}]}
+    resp("responses: poisoned additional_tools item", j(additional(POISONED, "What is 2 + 3?")))
+    resp("responses: poisoned tool_search_output item", j({"model": "m", "input": [
+        {"type": "message", "role": "user", "content": "What is 2 + 3?"},
+        {"type": "tool_search_output", "execution": "client", "call_id": "c", "tools": [resp_tool(POISONED)]}]}))
+    m = f"clean-{uuid.uuid4().hex[:8]}"
+    resp("responses: ordinary additional_tools item (clean)", j(additional("Adds two integers and returns their sum.", f"Add 2 and 3 {m}")), m)
     m = f"clean-{uuid.uuid4().hex[:8]}"
     chat("chat: ordinary tool declaration (clean)", j([{"role": "user", "content": f"Add 2 and 3 {m}"}]) + ',"tools":' + j([chat_tool(
         "Create a new file or completely overwrite an existing file with new content. Use with caution as it will overwrite existing files without warning.")]), m)

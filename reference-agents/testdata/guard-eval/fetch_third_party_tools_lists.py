@@ -27,6 +27,18 @@ Development time only (nothing is downloaded at run time or in tests):
 
 (`.venv` is the project's: it has the MCP SDK.) Packages without a licence
 that allows copying their text are left out.
+
+Codex's own declarations (added after the rest, on 2026-12-07) are taken
+from its first model call: `codex exec` is run against a local stand-in
+for the Responses API that records the request and answers 400; the
+declarations are its `tools` and its `additional_tools` input items', a
+namespace's description and each tool in it as one tool:
+
+    mkdir /tmp/agents && cd /tmp/agents && npm init -y && npm install @openai/codex
+    .venv/bin/python fetch_third_party_tools_lists.py --codex /tmp/agents >> tools-lists-third-party.jsonl
+
+(Claude Code's are measured the same way in the guard's docs, and not
+written here: its package's licence does not allow copying them.)
 """
 
 import asyncio
@@ -131,6 +143,77 @@ async def main(root, root_2, venv_2):
                       "version": pj["version"], "licence": pj.get("license", ""), "tools": json.loads(out)}))
 
 
+def first_model_call(command, env):
+    """Runs `command` against a local stand-in for a model API and returns
+    the first request body it sends (as JSON)."""
+    import http.server
+    import threading
+    bodies = []
+
+    class Stand(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            bodies.append(self.rfile.read(int(self.headers.get("content-length") or 0)))
+            reply = b'{"error": {"type": "invalid_request_error", "message": "recorded"}}'
+            self.send_response(400)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(reply)))
+            self.end_headers()
+            self.wfile.write(reply)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Stand)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = "http://127.0.0.1:%d/v1" % server.server_address[1]
+        subprocess.run([c.replace("{url}", url) for c in command], env=env, cwd=tempfile.mkdtemp(),
+                       stdin=subprocess.DEVNULL, capture_output=True, timeout=120)
+    finally:
+        server.shutdown()
+    return json.loads(bodies[0])
+
+
+def responses_declarations(body):
+    """A Responses call's declarations as MCP-shaped tools: `tools` and the
+    `additional_tools` input items' tools, a namespace's own description
+    and each of its tools."""
+    lists = [body.get("tools") or []]
+    lists += [i.get("tools") or [] for i in body.get("input") or [] if i.get("type") == "additional_tools"]
+    out = []
+
+    def add(t):
+        tool = {"name": t.get("name", ""), "description": t.get("description", "")}
+        if t.get("parameters") is not None:
+            tool["inputSchema"] = t["parameters"]
+        if t.get("output_schema") is not None:
+            tool["outputSchema"] = t["output_schema"]
+        out.append(tool)
+
+    for tools in lists:
+        for t in tools:
+            add(t)
+            if t.get("type") == "namespace":
+                for inner in t.get("tools") or []:
+                    add(inner)
+    return out
+
+
+def codex(root):
+    pj = package(root, "@openai/codex")
+    home = tempfile.mkdtemp()
+    os.makedirs(os.path.join(home, ".codex"))
+    env = dict(os.environ, HOME=home, CODEX_HOME=os.path.join(home, ".codex"), OPENAI_API_KEY="sk-dummy")
+    provider = 'model_providers.stand={name="stand",base_url="{url}",env_key="OPENAI_API_KEY",wire_api="responses"}'
+    body = first_model_call([os.path.join(root, "node_modules", ".bin", "codex"), "exec", "--skip-git-repo-check",
+                             "-c", provider, "-c", "model_provider=stand", "List the files here."], env)
+    print(json.dumps({"source": "codex (tool declarations)", "package": "npm @openai/codex", "version": pj["version"],
+                      "licence": pj.get("license", ""), "tools": responses_declarations(body)}))
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--codex"]:
+        codex(sys.argv[2])
+        sys.exit(0)
     args = sys.argv[1:] + ["/tmp/mcp3", "/tmp/mcp5", "/tmp/mcp4"][len(sys.argv) - 1:]
     asyncio.run(main(*args[:3]))
