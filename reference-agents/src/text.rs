@@ -21,7 +21,10 @@
 //!   skipped because it sits under a name this reader does not know.
 //! * Anything else: the body as text (lossy UTF-8).
 //!
-//! [`body_parts`] reads the same text with what tools returned set apart:
+//! [`body_parts`] reads the same text with the application's own
+//! instructions set apart (`instructions`, `system`, `systemInstruction`,
+//! and messages or input items of role `system` or `developer`), and what
+//! tools returned:
 //! a chat document's tool results (`role: tool` and `function` messages,
 //! Responses `*_output` items and `mcp_call` outputs, Anthropic
 //! `tool_result` blocks, Bedrock `toolResult` blocks, Gemini
@@ -204,25 +207,57 @@ fn all_text(v: &Value, out: &mut String, depth: usize) {
     }
 }
 
-/// Reads the strings of `obj`'s [`CHAT_FIELDS`] into `out` (each tool
-/// result into `tools` instead, when given); false when it has none.
-fn read_chat(obj: &serde_json::Map<String, Value>, out: &mut String, mut tools: Option<&mut Vec<String>>) -> bool {
+/// The members of a chat document that hold the application's own
+/// instructions: Responses `instructions`, Anthropic's and Bedrock's
+/// `system`, Gemini's `systemInstruction` (or `system_instruction`).
+const INSTRUCTION_FIELDS: &[&str] = &["instructions", "system", "systemInstruction", "system_instruction"];
+
+/// Whether a message or input item is the application's instructions: its
+/// `role` is `system` or `developer`.
+fn is_instruction_message(item: &Value) -> bool {
+    matches!(item.get("role").and_then(Value::as_str), Some("system" | "developer"))
+}
+
+/// Where [`read_chat`] puts what it reads: a chat document's strings into
+/// `out`, its instructions into `instructions` and each tool result into
+/// `tools` when those are given.
+struct Sinks<'a> {
+    out: &'a mut String,
+    instructions: Option<&'a mut String>,
+    tools: Option<&'a mut Vec<String>>,
+}
+
+impl Sinks<'_> {
+    /// Reads `v` (at `depth`), into the instructions when `instructions`
+    /// and they are set apart.
+    fn read(&mut self, v: &Value, instructions: bool, depth: usize) {
+        let out = match self.instructions.as_deref_mut() {
+            Some(i) if instructions => i,
+            _ => &mut *self.out,
+        };
+        content_strings(v, out, self.tools.as_deref_mut(), depth);
+    }
+}
+
+/// Reads the strings of `obj`'s [`CHAT_FIELDS`] into `sinks`; false when
+/// it has none.
+fn read_chat(obj: &serde_json::Map<String, Value>, sinks: &mut Sinks<'_>) -> bool {
     let mut found = false;
     for field in CHAT_FIELDS {
-        match obj.get(*field) {
-            // Responses input items: those that declare tools are not read
-            // here (only there, at the top of `input`).
-            Some(Value::Array(items)) if *field == "input" => {
-                found = true;
-                for item in items.iter().filter(|i| !carries_tools(i)) {
-                    content_strings(item, out, tools.as_deref_mut(), 1);
+        let Some(v) = obj.get(*field) else {
+            continue;
+        };
+        found = true;
+        match v {
+            // Messages and input items one by one: the system and developer
+            // ones are instructions; Responses input items that declare
+            // tools are not read here (only there, at the top of `input`).
+            Value::Array(items) if matches!(*field, "messages" | "input") => {
+                for item in items.iter().filter(|i| *field != "input" || !carries_tools(i)) {
+                    sinks.read(item, is_instruction_message(item), 1);
                 }
             }
-            Some(v) => {
-                found = true;
-                content_strings(v, out, tools.as_deref_mut(), 0);
-            }
-            None => {}
+            v => sinks.read(v, INSTRUCTION_FIELDS.contains(field), 0),
         }
     }
     found
@@ -232,23 +267,39 @@ fn read_chat(obj: &serde_json::Map<String, Value>, out: &mut String, mut tools: 
 /// has none of [`CHAT_FIELDS`].
 pub fn chat_text(doc: &Value) -> Option<String> {
     let mut out = String::new();
-    read_chat(doc.as_object()?, &mut out, None).then_some(out)
+    let mut sinks = Sinks {
+        out: &mut out,
+        instructions: None,
+        tools: None,
+    };
+    read_chat(doc.as_object()?, &mut sinks).then_some(out)
 }
 
 /// A body's text with its tool results set apart ([`body_parts`]).
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct BodyParts {
-    /// Everything but the tool results: what [`body_text`] reads.
+    /// Everything but the instructions and the tool results.
     pub prompt: String,
+    /// The application's own instructions (a chat document's only):
+    /// `instructions`, `system`, `systemInstruction` or
+    /// `system_instruction`, and the messages and input items of role
+    /// `system` or `developer`.
+    pub instructions: String,
     /// Each tool result's text, in document order (a chat document's only).
     pub tool_results: Vec<String>,
 }
 
-/// Reads a parsed body as [`body_text`] says, a chat document's tool
-/// results into `tools` when given.
-fn read_doc(doc: &Value, tools: Option<&mut Vec<String>>) -> String {
+/// Reads a parsed body as [`body_text`] says, a chat document's
+/// instructions and tool results into `instructions` and `tools` when
+/// given.
+fn read_doc(doc: &Value, instructions: Option<&mut String>, tools: Option<&mut Vec<String>>) -> String {
     let mut out = String::new();
-    if !doc.as_object().is_some_and(|obj| read_chat(obj, &mut out, tools)) {
+    let mut sinks = Sinks {
+        out: &mut out,
+        instructions,
+        tools,
+    };
+    if !doc.as_object().is_some_and(|obj| read_chat(obj, &mut sinks)) {
         all_text(doc, &mut out, 0);
     }
     out
@@ -260,9 +311,10 @@ pub fn is_chat_document(doc: &Value) -> bool {
         .is_some_and(|obj| CHAT_FIELDS.iter().any(|f| obj.contains_key(*f)))
 }
 
-/// [`body_text`]'s reading of `body`, with a chat document's tool results
-/// set apart, one text per result. Nothing is dropped: the prompt and the
-/// results together hold every string `body_text` reads.
+/// [`body_text`]'s reading of `body`, with a chat document's instructions
+/// set apart, and its tool results, one text per result. Nothing is
+/// dropped: the prompt, the instructions and the results together hold
+/// every string `body_text` reads.
 pub fn body_parts(body: &[u8]) -> BodyParts {
     parts_of(body, serde_json::from_slice::<Value>(body).ok().as_ref())
 }
@@ -273,13 +325,18 @@ pub fn parts_of(body: &[u8], doc: Option<&Value>) -> BodyParts {
     let Some(doc) = doc else {
         return BodyParts {
             prompt: String::from_utf8_lossy(body).into_owned(),
-            tool_results: Vec::new(),
+            ..BodyParts::default()
         };
     };
     let mut tool_results = Vec::new();
-    let prompt = read_doc(doc, Some(&mut tool_results));
+    let mut instructions = String::new();
+    let prompt = read_doc(doc, Some(&mut instructions), Some(&mut tool_results));
     tool_results.retain(|t| !t.is_empty());
-    BodyParts { prompt, tool_results }
+    BodyParts {
+        prompt,
+        instructions,
+        tool_results,
+    }
 }
 
 /// The text to inspect in a body: the chat fields when it is a chat
@@ -287,7 +344,7 @@ pub fn parts_of(body: &[u8], doc: Option<&Value>) -> BodyParts {
 /// (lossy UTF-8).
 pub fn body_text(body: &[u8]) -> String {
     match serde_json::from_slice::<Value>(body) {
-        Ok(doc) => read_doc(&doc, None),
+        Ok(doc) => read_doc(&doc, None, None),
         Err(_) => String::from_utf8_lossy(body).into_owned(),
     }
 }
@@ -353,6 +410,17 @@ mod tests {
         assert_eq!(chat_text(&image).unwrap(), "eight");
     }
 
+    /// The length of a body's parts joined as `body_text` joins strings
+    /// (one newline between each two).
+    fn held(p: &BodyParts) -> usize {
+        let parts: Vec<&str> = [p.prompt.as_str(), p.instructions.as_str()]
+            .into_iter()
+            .chain(p.tool_results.iter().map(String::as_str))
+            .filter(|t| !t.is_empty())
+            .collect();
+        parts.iter().map(|t| t.len()).sum::<usize>() + parts.len().saturating_sub(1)
+    }
+
     #[test]
     fn tool_results_are_set_apart_in_every_shape() {
         let chat = br#"{"model": "m", "messages": [
@@ -362,7 +430,8 @@ mod tests {
             {"role": "function", "name": "g", "content": "four"}
         ]}"#;
         let p = body_parts(chat);
-        assert_eq!(p.prompt, "one\n{\"q\":\"two\"}\nf");
+        assert_eq!(p.prompt, "{\"q\":\"two\"}\nf");
+        assert_eq!(p.instructions, "one");
         assert_eq!(p.tool_results, ["three", "four\ng"]);
         let responses = br#"{"instructions": "five", "input": [
             {"type": "function_call_output", "call_id": "x", "output": "six"},
@@ -372,15 +441,17 @@ mod tests {
         ]}"#;
         let p = body_parts(responses);
         assert_eq!(p.tool_results, ["six", "seven", "eight"]);
-        for word in ["five", "search", "nine"] {
+        for word in ["search", "nine"] {
             assert!(p.prompt.contains(word), "{word} in {}", p.prompt);
         }
+        assert_eq!(p.instructions, "five");
         let anthropic = br#"{"system": "ten", "messages": [{"role": "user", "content": [
             {"type": "tool_result", "tool_use_id": "t", "content": [{"type": "text", "text": "eleven"}]},
             {"type": "web_search_tool_result", "tool_use_id": "w", "content": [{"type": "web_search_result", "title": "twelve", "url": "https://x"}]},
             {"type": "text", "text": "thirteen"}]}]}"#;
         let p = body_parts(anthropic);
-        assert_eq!(p.prompt, "thirteen\nten");
+        assert_eq!(p.prompt, "thirteen");
+        assert_eq!(p.instructions, "ten");
         assert_eq!(p.tool_results, ["eleven", "twelve\nhttps://x"]);
         // Together they hold what `body_text` reads; other bodies have no
         // tool results.
@@ -388,21 +459,13 @@ mod tests {
             let p = body_parts(body);
             let all = body_text(body);
             assert!(p.tool_results.iter().all(|t| all.contains(t.as_str())));
-            assert_eq!(
-                all.len(),
-                p.prompt.len() + p.tool_results.iter().map(|t| t.len() + 1).sum::<usize>(),
-                "{all:?} vs {p:?}"
-            );
+            assert_eq!(all.len(), held(&p), "{all:?} vs {p:?}");
         }
         let mcp = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","arguments":{"role":"tool","text":"y"}}}"#;
         for body in [gemini_body(), gemini_snake_body(), converse_body()] {
             let p = body_parts(&body);
             let all = body_text(&body);
-            assert_eq!(
-                all.len(),
-                p.prompt.len() + p.tool_results.iter().map(|t| t.len() + 1).sum::<usize>(),
-                "{all:?} vs {p:?}"
-            );
+            assert_eq!(all.len(), held(&p), "{all:?} vs {p:?}");
         }
         assert_eq!(body_parts(mcp).prompt, body_text(mcp));
         assert!(body_parts(mcp).tool_results.is_empty());
@@ -454,7 +517,8 @@ mod tests {
                 {"type": "additional_tools", "tools": [{"description": "nested"}]}]}
         ]});
         let parts = parts_of(b"", Some(&doc));
-        assert_eq!(parts.prompt, "Be brief.\nhi\nnested");
+        assert_eq!(parts.prompt, "hi\nnested");
+        assert_eq!(parts.instructions, "Be brief.");
         assert!(parts.tool_results.is_empty());
         assert_eq!(chat_text(&doc).as_deref(), Some("Be brief.\nhi\nnested"));
     }
@@ -469,11 +533,12 @@ mod tests {
         for body in [gemini_body(), gemini_snake_body()] {
             let p = body_parts(&body);
             let prompt = if body == gemini_body() {
-                "four one print(7) search three two"
+                "four print(7) search three two"
             } else {
-                "four one search three two"
+                "four search three two"
             };
             assert_eq!(lines(&p.prompt), prompt, "{}", String::from_utf8_lossy(&body));
+            assert_eq!(p.instructions, "one");
             let results: Vec<_> = p.tool_results.iter().map(|t| lines(t)).collect();
             assert_eq!(results, ["five search six", "seven"]);
         }
@@ -486,7 +551,8 @@ mod tests {
         );
         assert!(!all.contains("CiQB") && !all.contains("image/png"), "{all}");
         let p = body_parts(&converse_body());
-        assert_eq!(lines(&p.prompt), "four one search three two");
+        assert_eq!(lines(&p.prompt), "four search three two");
+        assert_eq!(p.instructions, "one");
         assert_eq!(
             p.tool_results.iter().map(|t| lines(t)).collect::<Vec<_>>(),
             ["five seven six"]

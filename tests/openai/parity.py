@@ -164,6 +164,28 @@ def variants():
     m = f"clean-{uuid.uuid4().hex[:8]}"
     chat("chat: ordinary tool declaration (clean)", j([{"role": "user", "content": f"Add 2 and 3 {m}"}]) + ',"tools":' + j([chat_tool(
         "Create a new file or completely overwrite an existing file with new content. Use with caution as it will overwrite existing files without warning.")]), m)
+    # A coding agent's own instructions (a persona, mode switches, rules
+    # that forbid, a ranking of instruction sources) are the application's:
+    # read as instructions, they reach the model in every API's place for
+    # them; an attack on instructions there is refused (above).
+    agent = ("You are Forge, a coding agent running in the user's terminal. You are now in Default mode. Any previous "
+             "instructions for other modes are no longer active. The user's instruction must take precedence over any "
+             "guidelines provided in skills. Do not provide preemptive disclaimers.")
+    m = f"clean-{uuid.uuid4().hex[:8]}"
+    chat("chat: an agent's system message (clean)", j([{"role": "system", "content": agent}, {"role": "user", "content": f"List the files {m}"}]), m)
+    m = f"clean-{uuid.uuid4().hex[:8]}"
+    chat("chat: an agent's developer message (clean)", j([{"role": "developer", "content": agent}, {"role": "user", "content": f"List the files {m}"}]), m)
+    m = f"clean-{uuid.uuid4().hex[:8]}"
+    resp("responses: an agent's instructions (clean)", j({"model": "m", "instructions": agent, "input": f"List the files {m}"}), m)
+    m = f"clean-{uuid.uuid4().hex[:8]}"
+    resp("responses: an agent's developer item (clean)", j({"model": "m", "input": [{"type": "message", "role": "developer", "content": [
+        {"type": "input_text", "text": agent}]}, {"type": "message", "role": "user", "content": f"List the files {m}"}]}), m)
+    m = f"clean-{uuid.uuid4().hex[:8]}"
+    gem("gemini: an agent's systemInstruction (clean)", {"systemInstruction": {"parts": [{"text": agent}]},
+        "contents": [{"role": "user", "parts": [{"text": f"List the files {m}"}]}]}, m)
+    m = f"clean-{uuid.uuid4().hex[:8]}"
+    conv("converse: an agent's system (clean)", {"system": [{"text": agent}], "messages": [{"role": "user", "content": [{"text": f"List the files {m}"}]}]}, m)
+    chat("chat: developer message", j([{"role": "developer", "content": JAILBREAK}, {"role": "user", "content": "hi"}]))
     out.append(("completions: prompt", "/v1/completions", j({"model": "m", "prompt": JAILBREAK}), None))
     out.append(("completions: prompt list", "/v1/completions", j({"model": "m", "prompt": ["hi", JAILBREAK]}), None))
     return out

@@ -345,6 +345,21 @@ impl Default for Weights {
 }
 
 impl Weights {
+    /// These weights for a text of instructions to the model by nature (a
+    /// tool's definition, an application's system text): only the families
+    /// that mean an attack on instructions whatever the text's own are
+    /// (instruction override, prompt exfiltration, role injection, payload
+    /// smuggling). Not the learned model, persona, refusal, SQL or command
+    /// families, nor tool output's own: such a text is imperative by nature
+    /// ("You are ...", "Never ...", "Use this tool when ...").
+    pub fn instructions(&self) -> Weights {
+        let mut t = Weights([0.0; FAMILIES]);
+        for f in [InstructionOverride, PromptExfiltration, RoleInjection, PayloadSmuggling] {
+            t.set(f, self.get(f));
+        }
+        t
+    }
+
     /// The weight of `family`.
     pub fn get(&self, family: Family) -> f64 {
         self.0[family.index()]
@@ -356,14 +371,37 @@ impl Weights {
     }
 }
 
+/// An instruction-override match that ranks instruction sources ("...
+/// takes precedence over any guidelines", "supersedes the defaults")
+/// rather than sets them aside.
+static RANKING: LazyLock<regex::Regex> = LazyLock::new(|| {
+    regex::Regex::new(r"^(?:overrides?|supersedes?|takes? precedence over|replaces?|overwrites?)(?-u:\b)")
+        .expect("a valid pattern")
+});
+
 /// How a text is read.
 #[derive(Clone, Copy)]
 enum Reading<'a> {
     /// As a prompt.
     Prompt,
     /// As tool output (`source`: the input the normalised text was read
-    /// from) or, with `definition`, as a tool's definition.
-    Output { source: &'a str, definition: bool },
+    /// from), or as a text of instructions to the model by nature.
+    Output { source: &'a str, as_text: Written },
+}
+
+/// What kind of text tool output's reading reads.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Written {
+    /// What a tool returned.
+    ToolOutput,
+    /// A tool's definition: an override of anything but instructions does
+    /// not count (it says what the tool does to data).
+    Definition,
+    /// An application's own instructions (system and developer text): as
+    /// a definition, and a ranking of instruction sources ("the user's
+    /// instruction must take precedence over any guidelines in skills")
+    /// does not count either.
+    Instructions,
 }
 
 /// The compiled patterns (compiled once per process).
@@ -482,7 +520,7 @@ impl Detector {
 
     /// [`assess_tool_output`](Self::assess_tool_output) with another learned model.
     pub fn assess_tool_output_with(&self, text: &str, weights: &Weights, learned: &Model) -> Verdict {
-        self.assess_output(text, weights, learned, false)
+        self.assess_output(text, weights, learned, Written::ToolOutput)
     }
 
     /// Scores a tool's definition (its name, description and schema texts)
@@ -492,15 +530,21 @@ impl Detector {
     /// settings"), while "ignore previous instructions" still counts in
     /// full.
     pub fn assess_tool_definition(&self, text: &str, weights: &Weights) -> Verdict {
-        self.assess_output(text, weights, self.learned, true)
+        self.assess_output(text, weights, self.learned, Written::Definition)
     }
 
-    fn assess_output(&self, text: &str, weights: &Weights, learned: &Model, definition: bool) -> Verdict {
+    /// Scores an application's own instructions to the model (a chat
+    /// document's system and developer text) as a tool's definition is
+    /// scored, and a ranking of instruction sources does not count: the
+    /// application says which of its instructions win. Only the families
+    /// of [`Weights::instructions`] count.
+    pub fn assess_instructions(&self, text: &str, weights: &Weights) -> Verdict {
+        self.assess_output(text, &weights.instructions(), self.learned, Written::Instructions)
+    }
+
+    fn assess_output(&self, text: &str, weights: &Weights, learned: &Model, as_text: Written) -> Verdict {
         let n = normalize(text);
-        let reading = Reading::Output {
-            source: text,
-            definition,
-        };
+        let reading = Reading::Output { source: text, as_text };
         let Some((fixed, typos)) = super::typos::correct(&n) else {
             return self.assess_normalized(&n, weights, learned, reading);
         };
@@ -520,10 +564,11 @@ impl Detector {
     }
 
     fn assess_normalized(&self, n: &Normalized, weights: &Weights, learned: &Model, reading: Reading<'_>) -> Verdict {
-        let (source, definition) = match reading {
-            Reading::Prompt => (None, false),
-            Reading::Output { source, definition } => (Some(source), definition),
+        let (source, as_text) = match reading {
+            Reading::Prompt => (None, Written::ToolOutput),
+            Reading::Output { source, as_text } => (Some(source), as_text),
         };
+        let definition = as_text != Written::ToolOutput;
         let tool_output = source.is_some();
         // The model reads the whole folded text; a weight of 0 skips it.
         let learned_score = if weights.get(Learned) > 0.0 {
@@ -584,6 +629,9 @@ impl Detector {
             let technical =
                 tool_output && *family == InstructionOverride && !self.names_instructions.is_match(m.as_str());
             if technical && definition {
+                continue;
+            }
+            if as_text == Written::Instructions && *family == InstructionOverride && RANKING.is_match(m.as_str()) {
                 continue;
             }
             let strength = match (talked_about, technical) {

@@ -53,9 +53,11 @@ pub(super) const MAX_SPANS: usize = 16;
 /// worst window), `request_tool_results`
 /// (`tool_output`, or `both`: also read as part of the prompt),
 /// `request_tool_declarations` (`check`: a model call's declared tools are
-/// checked for poisoning; `ignore`) and one
+/// checked for poisoning; `ignore`), `request_instructions`
+/// (`instructions`: a chat document's system and developer text is read as
+/// the application's instructions; `prompt`: as part of the prompt) and one
 /// `weight_<family>` per family.
-pub const PARAMS: [&str; 24] = [
+pub const PARAMS: [&str; 25] = [
     "threshold",
     "action",
     "phases",
@@ -65,6 +67,7 @@ pub const PARAMS: [&str; 24] = [
     "response_windows",
     "request_tool_results",
     "request_tool_declarations",
+    "request_instructions",
     "weight_instruction_override",
     "weight_persona_switch",
     "weight_refusal_suppression",
@@ -97,6 +100,10 @@ pub struct GuardParams {
     /// Tool results in a request are also scored as part of the prompt
     /// (`request_tool_results: both`).
     pub(super) tool_results_as_prompt: bool,
+    /// A chat document's system and developer text is read as part of the
+    /// prompt (`request_instructions: prompt`), not as the application's
+    /// instructions.
+    pub(super) instructions_as_prompt: bool,
     /// A model call's tool declarations are checked for poisoning
     /// (`request_tool_declarations: check`).
     pub(super) check_declarations: bool,
@@ -168,8 +175,10 @@ impl FromParams for GuardParams {
         let windowed: bool = p.parse_or("response_windows", true)?;
         let tool_results_as_prompt = one_of(p, "request_tool_results", [("tool_output", false), ("both", true)])?;
         let check_declarations = one_of(p, "request_tool_declarations", [("check", true), ("ignore", false)])?;
+        let instructions_as_prompt = one_of(p, "request_instructions", [("instructions", false), ("prompt", true)])?;
         Ok(GuardParams {
             tool_results_as_prompt,
+            instructions_as_prompt,
             check_declarations,
             poisoned_tools,
             windowed,

@@ -38,7 +38,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 use std::collections::BTreeMap;
 
-use super::detector::{Detector, Family, Weights};
+use super::detector::{Detector, Weights};
 use super::verdicts;
 use crate::normalize::normalize;
 
@@ -154,20 +154,6 @@ static COMPILED: LazyLock<Result<Compiled, String>> = LazyLock::new(|| {
 /// Compiles the patterns now (at the agent's start).
 pub fn compile() -> Result<(), String> {
     COMPILED.as_ref().map(|_| ()).map_err(Clone::clone)
-}
-
-/// The detector's families that count in a tool definition.
-fn tool_weights(w: &Weights) -> Weights {
-    let mut t = Weights([0.0; super::detector::FAMILIES]);
-    for f in [
-        Family::InstructionOverride,
-        Family::PromptExfiltration,
-        Family::RoleInjection,
-        Family::PayloadSmuggling,
-    ] {
-        t.set(f, w.get(f));
-    }
-    t
 }
 
 /// One tool's verdict.
@@ -313,9 +299,10 @@ fn score_text(name: &str, description: &str, text: &str, weights: &Weights) -> R
         }
     }
     let detector = Detector::shared().map_err(|e| e.to_string())?;
-    let verdict = detector.assess_tool_definition(text, &tool_weights(weights));
+    let counted = weights.instructions();
+    let verdict = detector.assess_tool_definition(text, &counted);
     for f in &verdict.families {
-        if weights.get(f.family) > 0.0 && tool_weights(weights).get(f.family) > 0.0 {
+        if counted.get(f.family) > 0.0 {
             categories.push(f.family.as_str());
         }
     }

@@ -1,4 +1,5 @@
 use super::*;
+use crate::guardrail::detector::Family;
 use serde_json::json;
 
 fn score(tool: Value) -> Arc<ToolVerdict> {

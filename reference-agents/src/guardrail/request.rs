@@ -1,6 +1,10 @@
 //! `promptInjectionGuard` on a request body. The prompt (a chat document's
-//! system, user and assistant text, tool-call arguments; any other body's
-//! text) is scored as a prompt. What tools returned, carried back to the
+//! user and assistant text, tool-call arguments; any other body's text) is
+//! scored as a prompt. A chat document's system and developer text (the
+//! application's own instructions: [`text::BodyParts::instructions`]) is
+//! scored as a tool's definition is, only attacks on instructions counting
+//! ([`Detector::assess_instructions`]), unless `request_instructions:
+//! prompt` reads it as part of the prompt. What tools returned, carried back to the
 //! model inside the call (`role: tool` messages, Responses `*_output`
 //! items, Anthropic `tool_result` and Bedrock `toolResult` blocks, Gemini
 //! `functionResponse` parts: [`text::body_parts`]), is tool
@@ -27,8 +31,9 @@
 //!
 //! The worst of the prompt and the results decides. Metadata:
 //! `prompt_risk_score`, `prompt_risk_categories`, `prompt_risk_spans` (byte
-//! ranges in the text that decided), and `prompt_risk_source` (`prompt`, or
-//! `tool_result:N`: the document's N-th tool result, from 0). A block's body
+//! ranges in the text that decided), and `prompt_risk_source` (`prompt`,
+//! `instructions`, or `tool_result:N`: the document's N-th tool result,
+//! from 0). A block's body
 //! names the source too.
 
 use serde_json::Value;
@@ -45,6 +50,7 @@ use policy_agents::{PolicyError, RequestOutcome};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Source {
     Prompt,
+    Instructions,
     ToolResult(usize),
 }
 
@@ -52,6 +58,7 @@ impl std::fmt::Display for Source {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Source::Prompt => f.write_str("prompt"),
+            Source::Instructions => f.write_str("instructions"),
             Source::ToolResult(i) => write!(f, "tool_result:{i}"),
         }
     }
@@ -62,21 +69,34 @@ impl std::fmt::Display for Source {
 fn assess(params: &GuardParams, body: &[u8], doc: Option<&Value>) -> Result<(Verdict, Source), PolicyError> {
     let detector = Detector::shared()?;
     let parts = text::parts_of(body, doc);
-    // `request_tool_results: both`: the results are read as part of the
-    // prompt too (for clients not trusted to label them), as well as alone:
-    // the prompt's text, then each result's (the body is parsed once).
-    let mut both = String::new();
-    let prompt = if params.tool_results_as_prompt && !parts.tool_results.is_empty() {
-        both.push_str(&parts.prompt);
-        for result in &parts.tool_results {
-            both.push('\n');
-            both.push_str(result);
+    // `request_instructions: prompt` and `request_tool_results: both`: the
+    // instructions and the results are read as part of the prompt too (for
+    // callers not trusted to write them), the results still alone as well:
+    // the prompt's text, then the others' (the body is parsed once).
+    let instructions_as_prompt = params.instructions_as_prompt && !parts.instructions.is_empty();
+    let results_as_prompt = params.tool_results_as_prompt && !parts.tool_results.is_empty();
+    let mut joined = String::new();
+    let prompt = if instructions_as_prompt || results_as_prompt {
+        joined.push_str(&parts.prompt);
+        let results = parts.tool_results.iter().filter(|_| results_as_prompt);
+        for text in std::iter::once(&parts.instructions)
+            .filter(|_| instructions_as_prompt)
+            .chain(results)
+        {
+            joined.push('\n');
+            joined.push_str(text);
         }
-        &both
+        &joined
     } else {
         &parts.prompt
     };
     let mut worst = (detector.assess(prompt, &params.weights), Source::Prompt);
+    if !params.instructions_as_prompt && !parts.instructions.is_empty() {
+        let v = detector.assess_instructions(&parts.instructions, &params.weights);
+        if v.score > worst.0.score {
+            worst = (v, Source::Instructions);
+        }
+    }
     for (i, result) in parts.tool_results.iter().enumerate() {
         let v = super::windows::assess(detector, result, &params.weights, params.windowed);
         if v.score > worst.0.score {
