@@ -5,7 +5,8 @@
 //! (text and JSON), `promptInjectionGuard` (4 KiB and 64 KiB chat bodies, a
 //! call declaring 14 tools checked (remembered, and new to the guard) and
 //! unchecked, a
-//! 4 KiB tool message read as tool output,
+//! 4 KiB tool message read as tool output, a 4 KiB tool result with
+//! typographic punctuation,
 //! clean, attacked, obfuscated and multilingual; clean once with the learned
 //! model off), and the learned model alone on 4 KiB (with its p99).
 //!
@@ -348,6 +349,10 @@ fn tool_text(bytes: usize, middle: &str) -> String {
     format!("{half}{middle}{half}")
 }
 
+/// A sentence with curly quotes and a dash.
+const TYPOGRAPHIC: &str =
+    "The chef\u{2019}s note \u{2014} \u{201c}don\u{2019}t over-mix the batter\u{201d} \u{2014} matters most. ";
+
 /// A tool result (MCP `tools/call` JSON) of [`tool_text`].
 fn tool_result(bytes: usize, middle: &str) -> String {
     serde_json::json!({"jsonrpc": "2.0", "id": 7, "result": {"content": [{"type": "text", "text": tool_text(bytes, middle)}], "isError": false}})
@@ -381,6 +386,10 @@ fn injection_response(c: &mut Criterion) {
     for (name, body) in [
         ("tool_result_clean_4KiB", tool_result(4096, "")),
         ("tool_result_injected_4KiB", tool_result(4096, injected)),
+        // One sentence of typographic punctuation (curly quotes, a dash),
+        // as most real documents have: a pattern with a Unicode word
+        // boundary sent the whole set to the slow engine on such text.
+        ("tool_result_typographic_4KiB", tool_result(4096, TYPOGRAPHIC)),
         ("tool_result_clean_64KiB", tool_result(65536, "")),
         ("tool_result_injected_64KiB", tool_result(65536, injected)),
         ("tools_list_server_filesystem", list),

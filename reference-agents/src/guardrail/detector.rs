@@ -699,4 +699,4 @@ impl Detector {
 
 #[cfg(test)]
 #[path = "detector_tests.rs"]
-mod tests;
+pub(super) mod tests;

@@ -256,3 +256,14 @@ fn scan_names_the_poisoned_tools_and_remove_keeps_the_rest() {
     .expect("scan")
     .is_none());
 }
+
+#[test]
+fn no_poisoning_pattern_has_a_unicode_word_boundary() {
+    for (family, _, p) in patterns() {
+        assert!(
+            !crate::guardrail::detector::tests::unicode_boundary(&p),
+            "{}: {p}",
+            family.as_str()
+        );
+    }
+}

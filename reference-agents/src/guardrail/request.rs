@@ -92,7 +92,7 @@ fn assess(params: &GuardParams, body: &[u8], doc: Option<&Value>) -> Result<(Ver
     };
     let mut worst = (detector.assess(prompt, &params.weights), Source::Prompt);
     if !params.instructions_as_prompt && !parts.instructions.is_empty() {
-        let v = detector.assess_instructions(&parts.instructions, &params.weights);
+        let v = super::windows::assess_instructions(detector, &parts.instructions, &params.weights);
         if v.score > worst.0.score {
             worst = (v, Source::Instructions);
         }

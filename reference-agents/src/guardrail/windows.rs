@@ -17,7 +17,8 @@
 //! scores 0).
 //! Every window is scored as tool output
 //! ([`Detector::assess_tool_output`]): the request's families and tool
-//! output's own.
+//! output's own; or, for an application's own instructions in a model call
+//! ([`assess_instructions`]), as instructions.
 
 use super::detector::{Detector, Family, Verdict, Weights};
 use super::learned::Model;
@@ -104,6 +105,28 @@ pub fn assess_with(
     if !windowed || text.len() <= WINDOW {
         return score(text, weights);
     }
+    worst_window(detector, text, weights, score)
+}
+
+/// Scores an application's own instructions
+/// ([`Detector::assess_instructions`]) as their worst window: a coding
+/// agent's run to tens of kilobytes.
+pub fn assess_instructions(detector: &Detector, text: &str, weights: &Weights) -> Verdict {
+    let score = |t: &str, w: &Weights| detector.assess_instructions(t, w);
+    if text.len() <= WINDOW {
+        return score(text, weights);
+    }
+    worst_window(detector, text, weights, score)
+}
+
+/// The worst of `text`'s windows where a pattern matches, each scored by
+/// `score`, its spans in the whole text.
+fn worst_window(
+    detector: &Detector,
+    text: &str,
+    weights: &Weights,
+    score: impl Fn(&str, &Weights) -> Verdict,
+) -> Verdict {
     // Only a window where a pattern matches can score.
     let hits = detector.tool_output_hits(text);
     if hits.is_empty() {
