@@ -31,7 +31,7 @@ pub const DEFAULT_REGIONS: [Id; 4] = [Id::US, Id::GB, Id::DE, Id::FR];
 /// separators people use (space, `.`, `-`, `/`, parentheses), an optional
 /// extension (`x123`, `ext. 123`, `#123`).
 pub(crate) const CANDIDATE: &str =
-    r"(?i)(?:\+|(?-u:\b)00)?\(?\d[\d \t.\-/()]{5,24}\d(?:\s*(?:x|ext\.?|extn\.?|extension|\#)\s*\d{1,6}\b)?";
+    r"(?i)(?:\+|(?-u:\b)00)?\(?\d[\d \t.\-/()]{5,24}\d(?:\s*(?:x|ext\.?|extn\.?|extension|\#)\s*\d{1,6}(?-u:\b))?";
 
 static EXTENSION: LazyLock<Result<Regex, regex::Error>> =
     LazyLock::new(|| Regex::new(r"(?i)\s*(?:x|ext\.?|extn\.?|extension|#)\s*\d{1,6}$"));

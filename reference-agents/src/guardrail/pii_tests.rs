@@ -122,3 +122,26 @@ async fn phases_clean_bodies_and_encoded_bodies() {
     let bad = TestCall::new().params(&[("types", "passport")]);
     assert!(bad.request(&PiiRedaction, &req).await.is_err());
 }
+
+/// Every boundary is an ASCII one (a Unicode one sends the search to the
+/// PikeVM on any non-ASCII byte: 36 ms instead of 0.4 ms on 64 KiB with
+/// one curly quote), and text with non-ASCII punctuation and letters is
+/// redacted as ASCII text is.
+#[test]
+fn patterns_have_ascii_boundaries_and_read_non_ascii_text() {
+    for t in PiiType::ALL {
+        assert!(
+            !crate::guardrail::detector::tests::unicode_boundary(t.pattern()),
+            "{t:?}"
+        );
+    }
+    assert!(!crate::guardrail::detector::tests::unicode_boundary(
+        super::super::phone::CANDIDATE
+    ));
+    let (out, counts) = redact_all(
+        "The chef\u{2019}s note \u{2014} write to jane.doe@example.com or müller@example.com, SSN 123-45-6789.",
+    );
+    assert_eq!(count(&counts, PiiType::Email), 2, "{out}");
+    assert_eq!(count(&counts, PiiType::Ssn), 1, "{out}");
+    assert!(!out.contains("jane.doe") && !out.contains("ller@example"), "{out}");
+}

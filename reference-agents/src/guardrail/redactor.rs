@@ -56,13 +56,23 @@ impl PiiType {
         PiiType::ALL.into_iter().find(|t| t.as_str() == s)
     }
 
-    fn pattern(self) -> &'static str {
+    /// Word boundaries are ASCII ones (`(?-u:\b)`): with a Unicode one
+    /// the lazy DFA stops at the first non-ASCII byte and the search runs
+    /// on the PikeVM (a 64 KiB text with one curly quote took 36 ms
+    /// instead of 0.4 ms). Next to a non-ASCII letter this finds a match a
+    /// Unicode boundary would miss ("müller@example.com" is redacted from
+    /// "ller").
+    pub(super) fn pattern(self) -> &'static str {
         match self {
-            PiiType::Email => r"(?i)\b[a-z0-9._%+-]+@[a-z0-9-]+(?:\.[a-z0-9-]+)*\.[a-z]{2,}\b",
-            PiiType::CreditCard => r"\b(?:\d{4}[ -]){3}\d{4}\b|\b\d{4}[ -]\d{6}[ -]\d{5}\b|\b\d{12,19}\b",
-            PiiType::Iban => r"\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b",
-            PiiType::Ssn => r"\b\d{3}-\d{2}-\d{4}\b",
-            PiiType::Ipv4 => r"\b(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\b",
+            PiiType::Email => r"(?i)(?-u:\b)[a-z0-9._%+-]+@[a-z0-9-]+(?:\.[a-z0-9-]+)*\.[a-z]{2,}(?-u:\b)",
+            PiiType::CreditCard => {
+                r"(?-u:\b)(?:\d{4}[ -]){3}\d{4}(?-u:\b)|(?-u:\b)\d{4}[ -]\d{6}[ -]\d{5}(?-u:\b)|(?-u:\b)\d{12,19}(?-u:\b)"
+            }
+            PiiType::Iban => r"(?-u:\b)[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?(?-u:\b)",
+            PiiType::Ssn => r"(?-u:\b)\d{3}-\d{2}-\d{4}(?-u:\b)",
+            PiiType::Ipv4 => {
+                r"(?-u:\b)(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?-u:\b)"
+            }
             PiiType::Phone => phone::CANDIDATE,
         }
     }
