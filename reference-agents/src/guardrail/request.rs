@@ -73,16 +73,17 @@ fn assess(params: &GuardParams, body: &[u8], doc: Option<&Value>) -> Result<(Ver
     // instructions and the results are read as part of the prompt too (for
     // callers not trusted to write them), the results still alone as well:
     // the prompt's text, then the others' (the body is parsed once).
-    let instructions_as_prompt = params.instructions_as_prompt && !parts.instructions.is_empty();
+    let (instructions_in_prompt, instructions_alone) = match parts.instructions.is_empty() {
+        true => (None, None),
+        false if params.instructions_as_prompt => (Some(&parts.instructions), None),
+        false => (None, Some(&parts.instructions)),
+    };
     let results_as_prompt = params.tool_results_as_prompt && !parts.tool_results.is_empty();
     let mut joined = String::new();
-    let prompt = if instructions_as_prompt || results_as_prompt {
+    let prompt = if instructions_in_prompt.is_some() || results_as_prompt {
         joined.push_str(&parts.prompt);
         let results = parts.tool_results.iter().filter(|_| results_as_prompt);
-        for text in std::iter::once(&parts.instructions)
-            .filter(|_| instructions_as_prompt)
-            .chain(results)
-        {
+        for text in instructions_in_prompt.into_iter().chain(results) {
             joined.push('\n');
             joined.push_str(text);
         }
@@ -91,8 +92,8 @@ fn assess(params: &GuardParams, body: &[u8], doc: Option<&Value>) -> Result<(Ver
         &parts.prompt
     };
     let mut worst = (detector.assess(prompt, &params.weights), Source::Prompt);
-    if !params.instructions_as_prompt && !parts.instructions.is_empty() {
-        let v = super::windows::assess_instructions(detector, &parts.instructions, &params.weights);
+    if let Some(instructions) = instructions_alone {
+        let v = super::windows::assess_instructions(detector, instructions, &params.weights);
         if v.score > worst.0.score {
             worst = (v, Source::Instructions);
         }
