@@ -142,6 +142,11 @@ const SET_UP: &str = r"(?:system prompt|system message|system instructions|devel
 /// developer gave you", "(that) configures you", "you operate under".
 const GIVEN_TO_YOU: &str = r"(?:(?:that |which )?(?:you|u) (?:were|have been|'ve been|got|had been) (?:given|told|provided|fed|sent|programmed|initiali[sz]ed|configured|instructed|loaded|trained) ?(?:with|by|at|before|for|in)?|(?:that |which )?(?:was|were|has been|have been|had been) (?:given|sent|passed|provided|fed|shown|loaded) to (?:you|u)|(?:that |which )?(?:you|u) (?:received|receive|got|follow|are following|obey|operate under|work under|run under|run on|act under|see (?:above|before|at the top))|(?:that |which )?(?:your|the) (?:developers?|creators?|operators?|admins?|administrators?|owners?|programmers?|company|makers?|system) (?:gave|give|has given|have given|wrote|set|sent|provided|fed) (?:you|u)|(?:that |which )(?:configures?|defines?|governs?|controls?|shapes?|initiali[sz]es?|sets? up|programs?|instructs?|describes?) (?:you|u|your (?:persona|behaviou?r|role|personality|character)))";
 
+/// A verb that puts one set of instructions above another ("overrides",
+/// "takes precedence over"): an override pattern's start, and what
+/// [`RANKING`] knows it by.
+const RANKS: &str = r"(?:overrides?|supersedes?|takes? precedence over|replaces?|overwrites?)";
+
 /// (family, strength, pattern over folded text).
 fn patterns() -> Vec<(Family, f64, String)> {
     let mut p: Vec<(Family, f64, String)> = vec![
@@ -151,7 +156,7 @@ fn patterns() -> Vec<(Family, f64, String)> {
         (InstructionOverride, 0.55, format!(r"(?-u:\b){SET_ASIDE} (?:the |your |my |these |those )?{RULES},? and (?:just |only |simply |instead )?(?:print|say|output|write|reply|respond|answer|repeat|translate|return)(?-u:\b)")),
         (InstructionOverride, 0.5, format!(r"(?-u:\b)(?:do not|don'?t|dont|does not|doesn'?t|won'?t|will not|never|no need to|not|no longer|stop|cease to)(?-u:\b) (?:have to |need to |must |will |to )?(?:follow|obey|adhere to|abide by|comply with|respect|be bound by|be restricted by|be limited by|conform to|stick to)(?-u:\b)[^.]{{0,40}}(?-u:\b)(?:{RULES}|openai|anthropic|ethic\w*|moral\w*|laws?|creators?|developers?)")),
         (InstructionOverride, 0.5, format!(r"(?-u:\b)(?:freed?|liberated?|broken free|break free|broke free|released|unshackled|escaped?|free from|liberat\w+ from)(?-u:\b)[^.]{{0,40}}(?-u:\b)(?:confines|{RULES}|constraints|shackles|chains|censorship|matrix|jail|prison)")),
-        (InstructionOverride, 0.55, format!(r"(?-u:\b)(?:overrides?|supersedes?|takes? precedence over|replaces?|overwrites?)(?-u:\b)[^.]{{0,30}}(?-u:\b)(?:previous|prior|all|any|your|system|original|old|default)(?-u:\b)[^.]{{0,20}}(?-u:\b){RULES}")),
+        (InstructionOverride, 0.55, format!(r"(?-u:\b){RANKS}(?-u:\b)[^.]{{0,30}}(?-u:\b)(?:previous|prior|all|any|your|system|original|old|default)(?-u:\b)[^.]{{0,20}}(?-u:\b){RULES}")),
         (InstructionOverride, 0.35, r"(?-u:\b)new (?:instructions?|rules|directives?|task|objective|prime directive)(?-u:\b) ?:".into()),
         (InstructionOverride, 0.4, r"(?-u:\b)your (?:new|only|real|true) (?:instructions?|rules|directives?|task|purpose|programming|guidelines) (?:are|is)(?-u:\b)".into()),
         (InstructionOverride, 0.5, format!(r"(?-u:\b){SET_ASIDE}(?-u:\b)[^.]{{0,20}}(?-u:\b)(?:openai|anthropic|chatgpt|discord|google|meta|microsoft)(?:'?s)?(?-u:\b)[^.]{{0,20}}(?-u:\b){RULES}")),
@@ -374,10 +379,19 @@ impl Weights {
 /// An instruction-override match that ranks instruction sources ("...
 /// takes precedence over any guidelines", "supersedes the defaults")
 /// rather than sets them aside.
-static RANKING: LazyLock<regex::Regex> = LazyLock::new(|| {
-    regex::Regex::new(r"^(?:overrides?|supersedes?|takes? precedence over|replaces?|overwrites?)(?-u:\b)")
-        .expect("a valid pattern")
-});
+static RANKING: LazyLock<regex::Regex> =
+    LazyLock::new(|| regex::Regex::new(&format!(r"^{RANKS}(?-u:\b)")).expect("a valid pattern"));
+
+/// Whether a match of `family` in tool output lets the learned model's
+/// score count: a family that means an instruction to the model, not the
+/// persona and refusal families, whose weak patterns fire on ordinary
+/// prose, nor SQL and shell text, which is data there.
+fn corroborates(family: Family) -> bool {
+    !matches!(
+        family,
+        PersonaSwitch | RefusalSuppression | SqlInjection | CommandInjection | Learned
+    )
+}
 
 /// How a text is read.
 #[derive(Clone, Copy)]
@@ -488,32 +502,47 @@ impl Detector {
         self.assess_tool_output_with(text, weights, self.learned)
     }
 
-    /// Where in `text` tool output's patterns match (input byte offsets of
-    /// match starts, at most 64 per pattern): a pattern of either set (not
-    /// the SQL and command families, which do not score tool output), the
-    /// extraction concept, a misspelled keyword. A cheap pass over the whole
-    /// text before it is scored window by window: a window with none of
-    /// these cannot score, since on tool output the learned model only adds
-    /// to a pattern's match.
-    pub fn tool_output_hits(&self, text: &str) -> Vec<u32> {
+    /// Where in `text` tool output's patterns match (input byte ranges, at
+    /// most 64 per pattern): a pattern of either set whose
+    /// family can score with `weights` (not the SQL and command families,
+    /// which do not score tool output), the extraction concept, a
+    /// misspelled keyword. A cheap pass over the whole text before it is
+    /// scored window by window: a window with none of these cannot score,
+    /// since on tool output the learned model only adds to a pattern's
+    /// match.
+    ///
+    /// A family can score when its weight is not 0, or when it lets the
+    /// learned model's score count ([`corroborates`]) and that weight is
+    /// not 0; any family's match in decoded text counts as smuggling.
+    pub fn tool_output_hits(&self, text: &str, weights: &Weights) -> Vec<(u32, u32)> {
         let n = normalize(text);
+        let learned = weights.get(Learned) > 0.0;
+        let smuggled_from = n.decoded_from.filter(|_| weights.get(PayloadSmuggling) > 0.0);
         let mut at = Vec::new();
         for i in self.output_set.matches(&n.text).iter() {
             let ((family, _, re), _) = self.output_pattern(i);
             if matches!(family, SqlInjection | CommandInjection) {
                 continue;
             }
+            let after = if weights.get(*family) > 0.0 || (learned && corroborates(*family)) {
+                None
+            } else if let Some(decoded) = smuggled_from {
+                Some(decoded)
+            } else {
+                continue;
+            };
             at.extend(
                 re.find_iter(&n.text)
+                    .filter(|m| after.is_none_or(|decoded| m.start() > decoded))
                     .take(64)
-                    .map(|m| n.source_span(m.start(), m.end()).0),
+                    .map(|m| n.source_span(m.start(), m.end())),
             );
         }
         if let Some((_, typos)) = super::typos::correct(&n) {
-            at.extend(typos.iter().map(|s| s.0));
+            at.extend(typos);
         }
         if let Some(clause) = extraction::find(&n.text[..n.decoded_from.unwrap_or(n.text.len())]) {
-            at.push(n.source_span(clause.start, clause.end).0);
+            at.push(n.source_span(clause.start, clause.end));
         }
         at
     }
@@ -659,12 +688,7 @@ impl Detector {
         // topics, not attacks, and the persona and refusal families' weak
         // patterns fire on ordinary prose.
         if learned_score > 0.0 && tool_output {
-            let corroborated = Family::ALL.iter().any(|f| {
-                !matches!(
-                    f,
-                    PersonaSwitch | RefusalSuppression | SqlInjection | CommandInjection | Learned
-                ) && scores[f.index()] > 0.0
-            });
+            let corroborated = Family::ALL.iter().any(|f| corroborates(*f) && scores[f.index()] > 0.0);
             if corroborated {
                 scores[Learned.index()] = learned_score;
                 spans[Learned.index()].push(n.source_span(0, plain.len()));

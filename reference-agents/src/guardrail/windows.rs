@@ -11,10 +11,11 @@
 //! bound on its cost per response); windows past it are scored by the
 //! patterns only. A text of at most [`WINDOW`] bytes is one window. In a
 //! longer one the patterns first run once over the whole text
-//! ([`Detector::tool_output_hits`]), and only the windows where one matched
-//! are scored: on tool output the learned model only adds to a pattern's
-//! match, so no other window can score (and a text where none matched
-//! scores 0).
+//! ([`Detector::tool_output_hits`]), and only the windows that a match
+//! runs into are scored (a window may start inside a match, where the
+//! pattern's own anchors match again): on tool output the learned model
+//! only adds to a pattern's match, so no other window can score (and a
+//! text where none matched scores 0).
 //! Every window is scored as tool output
 //! ([`Detector::assess_tool_output`]): the request's families and tool
 //! output's own; or, for an application's own instructions in a model call
@@ -116,7 +117,8 @@ pub fn assess_instructions(detector: &Detector, text: &str, weights: &Weights) -
     if text.len() <= WINDOW {
         return score(text, weights);
     }
-    worst_window(detector, text, weights, score)
+    // Only the families that count in instructions find windows.
+    worst_window(detector, text, &weights.instructions(), score)
 }
 
 /// The worst of `text`'s windows where a pattern matches, each scored by
@@ -128,7 +130,7 @@ fn worst_window(
     score: impl Fn(&str, &Weights) -> Verdict,
 ) -> Verdict {
     // Only a window where a pattern matches can score.
-    let hits = detector.tool_output_hits(text);
+    let hits = detector.tool_output_hits(text, weights);
     if hits.is_empty() {
         return Verdict::default();
     }
@@ -139,7 +141,9 @@ fn worst_window(
     let mut at = 0usize;
     for (s, e) in windows(text) {
         let Some(window) = text.get(s..e) else { continue };
-        if !hits.iter().any(|&h| (s..e).contains(&(h as usize))) {
+        // A match that runs into the window counts: the window may start
+        // inside it, where its own anchors match ("TODO:" at a line start).
+        if !hits.iter().any(|&(hs, he)| (hs as usize) < e && (he as usize) > s) {
             continue;
         }
         read += window.len();
@@ -204,5 +208,67 @@ mod tests {
         );
         let clean = filler.repeat(60);
         assert!(assess(d, &clean, &Weights::default(), true).score < 0.5);
+    }
+
+    /// The worst of all of `text`'s windows, none skipped.
+    fn every_window(text: &str, weights: &Weights, score: impl Fn(&str, &Weights) -> Verdict) -> f64 {
+        let mut no_learned = *weights;
+        no_learned.set(Family::Learned, 0.0);
+        let mut read = 0usize;
+        let mut worst = 0.0f64;
+        for (s, e) in windows(text) {
+            read += e - s;
+            let w = if read <= LEARNED_BUDGET { weights } else { &no_learned };
+            worst = worst.max(score(&text[s..e], w).score);
+        }
+        worst
+    }
+
+    /// Skipping the windows where no pattern of a family that can score
+    /// matched loses no verdict: on the tool-output corpus's texts, each
+    /// alone and put in a long document, the windowed score is the worst
+    /// of every window's, read as tool output (with every weight, and with
+    /// families set to 0) and as instructions (where only four families
+    /// count).
+    #[test]
+    fn the_windows_skipped_could_not_score() {
+        let d = Detector::shared().expect("detector");
+        let corpus = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/testdata/guard-eval/tool-output.jsonl"
+        ))
+        .expect("the corpus");
+        let filler = "Revenue grew in every region this quarter, and the team hired two engineers. ";
+        let texts: Vec<String> = corpus
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter_map(|v| v["text"].as_str().map(str::to_owned))
+            .flat_map(|t| [format!("{}{t}\n{}", filler.repeat(12), filler.repeat(12)), t])
+            .filter(|t| t.len() > WINDOW)
+            .collect();
+        assert!(texts.len() > 300, "{}", texts.len());
+        let mut some_zero = Weights::default();
+        for f in [
+            Family::InstructionOverride,
+            Family::AddressedInstructions,
+            Family::ToolAction,
+        ] {
+            some_zero.set(f, 0.0);
+        }
+        let mut scored = 0;
+        for text in &texts {
+            for w in [Weights::default(), some_zero] {
+                let windowed = assess(d, text, &w, true).score;
+                let all = every_window(text, &w, |t, w| d.assess_tool_output(t, w));
+                assert_eq!(windowed, all, "tool output: {text}");
+                scored += usize::from(all > 0.0);
+            }
+            let windowed = assess_instructions(d, text, &Weights::default()).score;
+            let all = every_window(text, &Weights::default(), |t, w| d.assess_instructions(t, w));
+            assert_eq!(windowed, all, "instructions: {text}");
+            scored += usize::from(all > 0.0);
+        }
+        // The comparison is not between zeros.
+        assert!(scored > 200, "{scored}");
     }
 }
