@@ -8,9 +8,13 @@
 //! 4 KiB tool message read as tool output, a 4 KiB tool result with
 //! typographic punctuation,
 //! clean, attacked, obfuscated and multilingual; clean once with the learned
-//! model off), and the learned model alone on 4 KiB (with its p99).
+//! model off; on varied traffic, every corpus text once as a prompt and
+//! once as a tool result), and the learned model alone on 4 KiB (with its
+//! p99).
 //!
 //! Run: `cargo bench -p reference-agents -- --warm-up-time 1 --measurement-time 3`
+//! (a filter, such as `-- promptInjectionGuard_varied`, picks the cases
+//! and their percentiles).
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -161,9 +165,20 @@ fn pii(c: &mut Criterion) {
     group.finish();
 }
 
+/// The filter the bench was run with (its first argument not an option),
+/// read as criterion reads it: a regex over the case's name.
+static FILTER: std::sync::LazyLock<Option<regex::Regex>> = std::sync::LazyLock::new(|| {
+    let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'))?;
+    regex::Regex::new(&filter).ok()
+});
+
 /// Times `n` calls of `f` one by one and prints their p50 and p99 under
-/// `label` (criterion reports means; the targets are p99s).
+/// `label` (criterion reports means; the targets are p99s); only for a
+/// case the filter names, as criterion does.
 fn percentiles(label: &str, n: usize, mut f: impl FnMut()) {
+    if FILTER.as_ref().is_some_and(|filter| !filter.is_match(label)) {
+        return;
+    }
     let mut times: Vec<Duration> = (0..n)
         .map(|_| {
             let t = Instant::now();
@@ -466,5 +481,80 @@ fn injection_response(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, jwt, pii, injection, injection_response, learned);
+/// The texts of the committed evaluation corpora (`injection.jsonl`'s
+/// prompts and attacks, `tool-output.jsonl`'s tool outputs): 1,900 texts
+/// of every kind, as varied traffic is.
+fn corpus_texts() -> Vec<String> {
+    ["injection.jsonl", "tool-output.jsonl"]
+        .iter()
+        .flat_map(|file| {
+            let path = format!("{}/testdata/guard-eval/{file}", env!("CARGO_MANIFEST_DIR"));
+            std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("{path}: {e}"))
+                .lines()
+                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                .filter_map(|v| v["text"].as_str().map(str::to_owned))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// The guard on varied traffic: every corpus text once as a user's prompt
+/// and once as a tool result, each call a different text (a case that
+/// repeats one text measures a warm cache only). One pass is read first,
+/// then criterion's samples, then per-call p50/p99 over two more passes.
+fn injection_varied(c: &mut Criterion) {
+    let rt = runtime();
+    let call = TestCall::new().params(&[("action", "flag")]);
+    let texts = corpus_texts();
+    let prompts: Vec<TestRequest> = texts
+        .iter()
+        .map(|t| {
+            let body = serde_json::json!({"model": "m", "messages": [{"role": "user", "content": t}]});
+            TestRequest::new("POST", "/v1/chat/completions").body(body.to_string())
+        })
+        .collect();
+    let mcp = TestRequest::new("POST", "/mcp").body(r#"{"jsonrpc":"2.0","id":7,"method":"tools/call"}"#);
+    let results: Vec<TestResponse> = texts
+        .iter()
+        .map(|t| {
+            let body =
+                serde_json::json!({"jsonrpc": "2.0", "id": 7, "result": {"content": [{"type": "text", "text": t}]}});
+            TestResponse::new(200)
+                .header("content-type", "application/json")
+                .body(body.to_string())
+        })
+        .collect();
+    let mut group = c.benchmark_group("promptInjectionGuard_varied");
+    let prompt = |r: &TestRequest| rt.block_on(call.request(&PromptInjectionGuard, black_box(r))).is_ok();
+    let result = |r: &TestResponse| {
+        rt.block_on(call.response(&PromptInjectionGuard, &mcp, black_box(r)))
+            .is_ok()
+    };
+    prompts.iter().for_each(|r| assert!(prompt(r)));
+    results.iter().for_each(|r| assert!(result(r)));
+    let mut next = prompts.iter().cycle();
+    group.bench_function("prompts", |b| b.iter(|| prompt(next.next().expect("cycles"))));
+    let mut next = prompts.iter().cycle();
+    percentiles("promptInjectionGuard_varied/prompts", 2 * prompts.len(), || {
+        black_box(prompt(next.next().expect("cycles")));
+    });
+    let mut next = results.iter().cycle();
+    group.bench_function("tool_results", |b| b.iter(|| result(next.next().expect("cycles"))));
+    let mut next = results.iter().cycle();
+    percentiles("promptInjectionGuard_varied/tool_results", 2 * results.len(), || {
+        black_box(result(next.next().expect("cycles")));
+    });
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    jwt,
+    pii,
+    injection,
+    injection_response,
+    injection_varied,
+    learned
+);
 criterion_main!(benches);
