@@ -503,10 +503,9 @@ impl Detector {
     }
 
     /// Where in `text` tool output's patterns match (input byte ranges, at
-    /// most 64 per pattern): a pattern of either set whose
-    /// family can score with `weights` (not the SQL and command families,
-    /// which do not score tool output), the extraction concept, a
-    /// misspelled keyword. A cheap pass over the whole text before it is
+    /// most 64 per pattern): a pattern of either set whose family can score
+    /// with `weights` (not the SQL and command families, which do not score
+    /// tool output), the extraction concept, a misspelled keyword. A cheap pass over the whole text before it is
     /// scored window by window: a window with none of these cannot score,
     /// since on tool output the learned model only adds to a pattern's
     /// match.
