@@ -379,7 +379,12 @@ const TYPOGRAPHIC: &str =
 
 /// A tool result (MCP `tools/call` JSON) of [`tool_text`].
 fn tool_result(bytes: usize, middle: &str) -> String {
-    serde_json::json!({"jsonrpc": "2.0", "id": 7, "result": {"content": [{"type": "text", "text": tool_text(bytes, middle)}], "isError": false}})
+    tool_result_of(&tool_text(bytes, middle))
+}
+
+/// A tool result (MCP `tools/call` JSON) carrying `text`.
+fn tool_result_of(text: &str) -> String {
+    serde_json::json!({"jsonrpc": "2.0", "id": 7, "result": {"content": [{"type": "text", "text": text}], "isError": false}})
         .to_string()
 }
 
@@ -518,11 +523,9 @@ fn injection_varied(c: &mut Criterion) {
     let results: Vec<TestResponse> = texts
         .iter()
         .map(|t| {
-            let body =
-                serde_json::json!({"jsonrpc": "2.0", "id": 7, "result": {"content": [{"type": "text", "text": t}]}});
             TestResponse::new(200)
                 .header("content-type", "application/json")
-                .body(body.to_string())
+                .body(tool_result_of(t))
         })
         .collect();
     let mut group = c.benchmark_group("promptInjectionGuard_varied");

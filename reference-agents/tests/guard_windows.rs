@@ -24,9 +24,9 @@ fn every_window(text: &str, weights: &Weights, score: impl Fn(&str, &Weights) ->
 /// Skipping the windows where no pattern of a family that can score
 /// matched loses no verdict: on the tool-output corpus's texts, each
 /// alone and each attack put in a longer document, the windowed score is
-/// the worst of every window's, read as tool output (with every weight, and with
-/// families set to 0) and as instructions (where only four families
-/// count).
+/// the worst of every window's, read as tool output (with every weight,
+/// and with families set to 0) and as instructions (where only four
+/// families count).
 #[test]
 fn the_windows_skipped_could_not_score() {
     let d = Detector::shared().expect("detector");

@@ -505,10 +505,10 @@ impl Detector {
     /// Where in `text` tool output's patterns match (input byte ranges, at
     /// most 64 per pattern): a pattern of either set whose family can score
     /// with `weights` (not the SQL and command families, which do not score
-    /// tool output), the extraction concept, a misspelled keyword. A cheap pass over the whole text before it is
-    /// scored window by window: a window with none of these cannot score,
-    /// since on tool output the learned model only adds to a pattern's
-    /// match.
+    /// tool output), the extraction concept, a misspelled keyword. A cheap
+    /// pass over the whole text before it is scored window by window: a
+    /// window with none of these cannot score, since on tool output the
+    /// learned model only adds to a pattern's match.
     ///
     /// A family can score when its weight is not 0, or when it lets the
     /// learned model's score count ([`corroborates`]) and that weight is
