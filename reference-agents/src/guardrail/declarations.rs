@@ -10,7 +10,7 @@
 //! | API | declarations |
 //! |---|---|
 //! | OpenAI chat completions | `tools[].function` (`name`, `description`, `parameters`); legacy `functions[]` |
-//! | Responses | `tools[]` of type `function` or `custom` (`name`, `description`, `parameters`, `output_schema`); a `namespace` tool's own `description` and its `tools[]`; the same in `input[]` items that carry tools: `additional_tools` (tools added at that point of the conversation, as Codex declares its own) and `tool_search_output` (tools a tool search loaded) |
+//! | Responses | `tools[]` of type `function` or `custom` (`name`, `description`, `parameters`, `output_schema`, a custom tool's grammar `format.definition`); a `namespace` tool's own `description` and its `tools[]`; the same in `input[]` items that carry tools: `additional_tools` (tools added at that point of the conversation, as Codex declares its own) and `tool_search_output` (tools a tool search loaded) |
 //! | Anthropic messages | `tools[]` (`name`, `description`, `input_schema`) |
 //! | Gemini | `tools[].functionDeclarations[]` or `function_declarations` (`parameters`, `parametersJsonSchema`, `response`, ...) |
 //! | Bedrock Converse | `toolConfig.tools[].toolSpec` (`name`, `description`, `inputSchema.json`) |

@@ -9,20 +9,22 @@
 //! The learned detector's probability is the `learned` family's score (see
 //! [`learned::family_score`]).
 //!
-//! All patterns are compiled once into one `RegexSet` that scans the folded
-//! text in a single pass (on tool output, one set of the request's patterns
-//! and tool output's own); the spans of the patterns that matched are then
-//! found one by one (only on texts that score). Word boundaries are ASCII
-//! ones (`(?-u:\b)`): the folded text is ASCII where it matters, and the
-//! lazy DFA gives Unicode boundaries up on non-ASCII text (multilingual
-//! prompts would fall back to a much slower engine).
+//! All patterns are compiled once into one [`PatternSet`]: an Aho–Corasick
+//! pass over their required prefixes names the patterns that may match,
+//! and only those run (tool output reads the request's patterns and its
+//! own; a prompt only the first). The spans of the patterns that matched
+//! are then found one by one (only on texts that score). Word boundaries
+//! are ASCII ones (`(?-u:\b)`): the folded text is ASCII where it matters,
+//! and the lazy DFA gives Unicode boundaries up on non-ASCII text
+//! (multilingual prompts would fall back to a much slower engine).
 
 use std::sync::LazyLock;
 
-use regex::{Regex, RegexSet, RegexSetBuilder};
+use regex::Regex;
 
 use super::extraction;
 use super::learned::{self, Model};
+use super::pattern_set::PatternSet;
 use crate::normalize::{normalize, Normalized};
 use policy_agents::PolicyError;
 
@@ -421,14 +423,13 @@ enum Written {
 /// The compiled patterns (compiled once per process).
 #[derive(Debug)]
 pub struct Detector {
-    set: RegexSet,
-    each: Vec<(Family, f64, Regex)>,
-    /// Tool output's own families (see [`indirect_patterns`](super::indirect_patterns)).
-    tool_each: Vec<(Family, f64, Regex)>,
-    /// For tool output: `each`'s patterns then `tool_each`'s in one set, so
-    /// a text is scanned once (set index `i` past `each.len()` is
-    /// `tool_each[i - each.len()]`).
-    output_set: RegexSet,
+    /// The request's patterns, then tool output's own (see
+    /// [`indirect_patterns`](super::indirect_patterns)): a prompt reads the
+    /// first `request` of them, tool output all.
+    patterns: PatternSet,
+    /// Each pattern's family and strength.
+    scored: Vec<(Family, f64)>,
+    request: usize,
     learned: &'static Model,
     /// [`NAMES_INSTRUCTIONS`].
     names_instructions: Regex,
@@ -440,33 +441,18 @@ static DETECTOR: LazyLock<Result<Detector, String>> = LazyLock::new(|| {
 });
 
 impl Detector {
-    fn compile(learned: &'static Model) -> Result<Self, regex::Error> {
-        crate::normalize::compile()?;
-        extraction::compile()?;
+    fn compile(learned: &'static Model) -> Result<Self, String> {
+        crate::normalize::compile().map_err(|e| e.to_string())?;
+        extraction::compile().map_err(|e| e.to_string())?;
         let pats = patterns();
-        let tool = super::indirect_patterns::patterns();
-        let set_of = |ps: Vec<&String>| {
-            RegexSetBuilder::new(ps)
-                .size_limit(64 << 20)
-                .dfa_size_limit(32 << 20)
-                .build()
-        };
-        let set = set_of(pats.iter().map(|(_, _, p)| p).collect())?;
-        let output_set = set_of(pats.iter().chain(&tool).map(|(_, _, p)| p).collect())?;
-        let compiled = |ps: Vec<(Family, f64, String)>| {
-            ps.into_iter()
-                .map(|(f, s, p)| Regex::new(&p).map(|r| (f, s, r)))
-                .collect::<Result<Vec<_>, _>>()
-        };
-        let each = compiled(pats)?;
-        let tool_each = compiled(tool)?;
+        let request = pats.len();
+        let all: Vec<(Family, f64, String)> = pats.into_iter().chain(super::indirect_patterns::patterns()).collect();
         Ok(Detector {
-            set,
-            each,
-            tool_each,
-            output_set,
+            patterns: PatternSet::new(&all.iter().map(|(_, _, p)| p).collect::<Vec<_>>())?,
+            scored: all.iter().map(|(f, s, _)| (*f, *s)).collect(),
+            request,
             learned,
-            names_instructions: Regex::new(NAMES_INSTRUCTIONS)?,
+            names_instructions: Regex::new(NAMES_INSTRUCTIONS).map_err(|e| e.to_string())?,
         })
     }
 
@@ -475,13 +461,11 @@ impl Detector {
         DETECTOR.as_ref().map_err(|e| PolicyError::new(e.clone()))
     }
 
-    /// The pattern of `output_set`'s index `i` (of `set` too, whose indices
-    /// are its first), and whether it is one of tool output's own.
-    fn output_pattern(&self, i: usize) -> (&(Family, f64, Regex), bool) {
-        match i.checked_sub(self.each.len()) {
-            Some(t) => (&self.tool_each[t], true),
-            None => (&self.each[i], false),
-        }
+    /// Pattern `i`: its family, strength and regex, and whether it is one
+    /// of tool output's own.
+    fn pattern(&self, i: usize) -> (Family, f64, &Regex, bool) {
+        let (family, strength) = self.scored[i];
+        (family, strength, self.patterns.regex(i), i >= self.request)
     }
 
     /// Scores `text` with `weights`.
@@ -517,19 +501,15 @@ impl Detector {
         let n = normalize(text);
         let learned = weights.get(Learned) > 0.0;
         let smuggled_from = n.decoded_from.filter(|_| weights.get(PayloadSmuggling) > 0.0);
+        let scores = |family: Family| weights.get(family) > 0.0 || (learned && corroborates(family));
+        let wanted = |i: usize| {
+            let family = self.scored[i].0;
+            !matches!(family, SqlInjection | CommandInjection) && (scores(family) || smuggled_from.is_some())
+        };
         let mut at = Vec::new();
-        for i in self.output_set.matches(&n.text).iter() {
-            let ((family, _, re), _) = self.output_pattern(i);
-            if matches!(family, SqlInjection | CommandInjection) {
-                continue;
-            }
-            let after = if weights.get(*family) > 0.0 || (learned && corroborates(*family)) {
-                None
-            } else if let Some(decoded) = smuggled_from {
-                Some(decoded)
-            } else {
-                continue;
-            };
+        for i in self.patterns.matches_where(&n.text, wanted).iter() {
+            let (family, _, re, _) = self.pattern(i);
+            let after = if scores(family) { None } else { smuggled_from };
             at.extend(
                 re.find_iter(&n.text)
                     .filter(|m| after.is_none_or(|decoded| m.start() > decoded))
@@ -604,12 +584,16 @@ impl Detector {
         } else {
             0.0
         };
-        // Tool output is scanned once for both pattern sets.
-        let matched = if tool_output {
-            self.output_set.matches(&n.text)
-        } else {
-            self.set.matches(&n.text)
-        };
+        // Tool output reads both pattern lists, a prompt the request's; SQL
+        // and shell text in tool output is data (documentation, logs,
+        // code), not an instruction to the model.
+        let matched = self.patterns.matches_where(&n.text, |i| {
+            if tool_output {
+                !matches!(self.scored[i].0, SqlInjection | CommandInjection)
+            } else {
+                i < self.request
+            }
+        });
         let plain = &n.text[..n.decoded_from.unwrap_or(n.text.len())];
         let concept = extraction::find(plain);
         if !matched.matched_any() && learned_score == 0.0 && concept.is_none() {
@@ -630,18 +614,13 @@ impl Detector {
             spans[k].push(n.source_span(clause.start, clause.end));
         }
         let mut technical_override = 0.0f64;
-        for ((family, strength, re), tool_family) in matched.iter().map(|i| self.output_pattern(i)) {
-            // SQL and shell text in tool output is data (documentation,
-            // logs, code), not an instruction to the model.
-            if tool_output && matches!(family, SqlInjection | CommandInjection) {
-                continue;
-            }
+        for (family, strength, re, tool_family) in matched.iter().map(|i| self.pattern(i)) {
             // In tool output, the first match that is not ordinary there.
             let counts = |m: &regex::Match<'_>| {
                 source.is_none_or(|source| {
                     let (s, e) = n.source_span(m.start(), m.end());
                     let original = source.get(s as usize..e as usize).unwrap_or("");
-                    !super::indirect_patterns::ordinary_in_tool_output(*family, m.as_str(), original)
+                    !super::indirect_patterns::ordinary_in_tool_output(family, m.as_str(), original)
                 })
             };
             let Some(m) = re.find_iter(&n.text).find(counts) else {
@@ -653,19 +632,19 @@ impl Detector {
             // where every JSON value is quoted and a question mark anywhere
             // would halve an injection's score.
             let talked_about = (!tool_family && asks && quoted(&n.text, m.start(), m.end()))
-                || (short_question && *family == RoleInjection && m.start() < plain.len());
+                || (short_question && family == RoleInjection && m.start() < plain.len());
             let technical =
-                tool_output && *family == InstructionOverride && !self.names_instructions.is_match(m.as_str());
+                tool_output && family == InstructionOverride && !self.names_instructions.is_match(m.as_str());
             if technical && definition {
                 continue;
             }
-            if as_text == Written::Instructions && *family == InstructionOverride && RANKING.is_match(m.as_str()) {
+            if as_text == Written::Instructions && family == InstructionOverride && RANKING.is_match(m.as_str()) {
                 continue;
             }
             let strength = match (talked_about, technical) {
                 (true, _) => strength * QUOTED,
                 (false, true) => strength * TECHNICAL,
-                (false, false) => *strength,
+                (false, false) => strength,
             };
             spans[k].push(n.source_span(m.start(), m.end()));
             if technical {

@@ -325,3 +325,45 @@ fn no_pattern_has_a_unicode_word_boundary() {
     }
     assert!(unicode_boundary(r"x\by") && !unicode_boundary(r"x(?-u:\b)y"));
 }
+
+#[test]
+fn the_patterns_run_only_where_their_prefixes_are() {
+    // A pattern without a prefix runs on every text: the patterns that
+    // may start with any character are few and named here.
+    let d = Detector::shared().expect("compiles");
+    let always: Vec<String> = d
+        .patterns
+        .without_prefix()
+        .into_iter()
+        .map(|i| d.patterns.regex(i).as_str().chars().take(60).collect())
+        .collect();
+    assert!(always.len() <= 2, "{} of {}: {always:#?}", always.len(), d.scored.len());
+}
+
+#[test]
+fn the_pattern_set_finds_what_each_pattern_finds() {
+    // Every text of the committed corpora, folded as the guard reads it:
+    // the patterns the set names are those that match on their own.
+    let d = Detector::shared().expect("compiles");
+    let mut texts = 0;
+    for file in ["injection.jsonl", "tool-output.jsonl"] {
+        let path = format!("{}/testdata/guard-eval/{file}", env!("CARGO_MANIFEST_DIR"));
+        let corpus = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        for line in corpus.lines() {
+            let Some(text) = serde_json::from_str::<serde_json::Value>(line)
+                .ok()
+                .and_then(|v| v["text"].as_str().map(str::to_owned))
+            else {
+                continue;
+            };
+            let n = normalize(&text);
+            let got: Vec<usize> = d.patterns.matches(&n.text).iter().collect();
+            let want: Vec<usize> = (0..d.scored.len())
+                .filter(|i| d.patterns.regex(*i).is_match(&n.text))
+                .collect();
+            assert_eq!(got, want, "{text:?}");
+            texts += 1;
+        }
+    }
+    assert!(texts > 1500, "{texts} texts read");
+}

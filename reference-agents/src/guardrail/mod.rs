@@ -17,6 +17,11 @@
 //!   as tool output too, each on its own (`request`), and the tools it
 //!   declares are checked for poisoning (`declarations`). A tool
 //!   definition's verdict is remembered by its content (`verdicts`).
+//!   The detector's patterns and the poisoning check's are matched through
+//!   `pattern_set`: one Aho–Corasick pass over every pattern's required
+//!   prefixes and suffixes names the patterns that may match, and only
+//!   those run, each alone (one automaton of all of them slows down on
+//!   varied text).
 //! * [`PiiRedaction`] (`piiRedaction`): masks e-mails, phone numbers
 //!   (confirmed with libphonenumber's metadata, national formats of the
 //!   configured regions and international ones), card
@@ -37,6 +42,7 @@ mod injection_stream;
 pub mod learned;
 mod metrics;
 mod multilingual;
+mod pattern_set;
 mod phone;
 mod pii;
 mod pii_json;

@@ -33,12 +33,13 @@
 
 use std::sync::{Arc, LazyLock};
 
-use regex::{Regex, RegexSet, RegexSetBuilder};
+use regex::Regex;
 use serde_json::value::RawValue;
 use serde_json::Value;
 use std::collections::BTreeMap;
 
 use super::detector::{Detector, Weights};
+use super::pattern_set::PatternSet;
 use super::verdicts;
 use crate::normalize::normalize;
 
@@ -131,24 +132,20 @@ static NOT_AN_ACT: LazyLock<Regex> = LazyLock::new(|| {
 });
 
 struct Compiled {
-    set: RegexSet,
-    each: Vec<(Poison, f64, Regex)>,
+    /// The patterns ([`PatternSet`] names those that match a text).
+    set: PatternSet,
+    /// Each pattern's family and strength.
+    scored: Vec<(Poison, f64)>,
 }
 
 static COMPILED: LazyLock<Result<Compiled, String>> = LazyLock::new(|| {
     let pats = patterns();
-    let build = || -> Result<Compiled, regex::Error> {
-        let set = RegexSetBuilder::new(pats.iter().map(|(_, _, p)| p))
-            .size_limit(32 << 20)
-            .dfa_size_limit(16 << 20)
-            .build()?;
-        let each = pats
-            .iter()
-            .map(|(f, s, p)| Regex::new(p).map(|r| (*f, *s, r)))
-            .collect::<Result<_, _>>()?;
-        Ok(Compiled { set, each })
-    };
-    build().map_err(|e| format!("tool-poisoning patterns do not compile: {e}"))
+    let set = PatternSet::new(&pats.iter().map(|(_, _, p)| p).collect::<Vec<_>>())
+        .map_err(|e| format!("tool-poisoning patterns do not compile: {e}"))?;
+    Ok(Compiled {
+        set,
+        scored: pats.iter().map(|(f, s, _)| (*f, *s)).collect(),
+    })
 });
 
 /// Compiles the patterns now (at the agent's start).
@@ -198,8 +195,12 @@ pub fn tool_text(tool: &Value) -> String {
             push(s);
         }
     }
-    if let Some(s) = tool.pointer("/annotations/title").and_then(Value::as_str) {
-        push(s);
+    // A Responses custom tool's grammar (`format: {type: "grammar",
+    // definition}`), which the model is given to write its input by.
+    for pointer in ["/annotations/title", "/format/definition"] {
+        if let Some(s) = tool.pointer(pointer).and_then(Value::as_str) {
+            push(s);
+        }
     }
     for key in SCHEMAS {
         if let Some(schema) = tool.get(key) {
@@ -280,10 +281,10 @@ fn score_text(name: &str, description: &str, text: &str, weights: &Weights) -> R
     let mut scores = [0.0f64; 4];
     let mut opening = None;
     for i in compiled.set.matches(&n.text).iter() {
-        let (family, strength, re) = &compiled.each[i];
+        let (family, strength) = compiled.scored[i];
         if matches!(family, Poison::SecretAccess | Poison::Shadowing) {
             let opening = opening.get_or_insert_with(|| normalize(description).text);
-            if !asks_for_act(re, &n.text, opening) {
+            if !asks_for_act(compiled.set.regex(i), &n.text, opening) {
                 continue;
             }
         }
