@@ -428,11 +428,27 @@ impl Prometheus {
 
     /// Polls the query until its one result is `want`; fails after 30 s.
     async fn until_value(&self, c: &reqwest::Client, expr: &str, want: f64) {
+        self.until(c, expr, &format!("{want}"), |got| {
+            got.len() == 1 && (got[0].1 - want).abs() < 1e-9
+        })
+        .await;
+    }
+
+    /// Polls the query until `holds` its results (`want` says what, for
+    /// the failure); fails after 30 s. A recorded rate is evaluated on the
+    /// rules' schedule, after the scrape that saw the traffic.
+    async fn until(
+        &self,
+        c: &reqwest::Client,
+        expr: &str,
+        want: &str,
+        holds: impl Fn(&[(Value, f64)]) -> bool,
+    ) -> Vec<(Value, f64)> {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let got = self.query(c, expr).await;
-            if got.len() == 1 && (got[0].1 - want).abs() < 1e-9 {
-                return;
+            if holds(&got) {
+                return got;
             }
             assert!(
                 Instant::now() < deadline,
@@ -497,19 +513,26 @@ async fn prometheus_scrapes_the_kernel_behind_envoy_and_records_known_traffic() 
     prom.until_value(&c, r#"agent:policy_kernel_agent_errors:ratio_rate5m{agent="a2"}"#, 0.0)
         .await;
     // Denies by status and reason: route `deny`'s 2 after the baseline.
-    let denies = prom
-        .query(&c, "route_status_reason:policy_kernel_immediate_responses:rate1m")
-        .await;
-    let rates: Vec<(String, f64)> = denies
-        .iter()
-        .map(|(m, v)| (format!("{} {} {}", m["route"], m["status"], m["reason"]), *v))
-        .collect();
-    let rate = |key: &str| rates.iter().find(|(k, _)| k == key).map(|(_, v)| *v);
-    assert!(rate(r#""deny" "403" "denied""#).is_some_and(|v| v > 0.0), "{rates:?}");
+    let denied = |got: &[(Value, f64)]| {
+        got.iter().any(|(m, v)| {
+            format!("{} {} {}", m["route"], m["status"], m["reason"]) == r#""deny" "403" "denied""# && *v > 0.0
+        })
+    };
+    prom.until(
+        &c,
+        "route_status_reason:policy_kernel_immediate_responses:rate1m",
+        "a rate above 0 for route deny, 403, denied",
+        denied,
+    )
+    .await;
     let requests = prom
-        .query(&c, r#"route:policy_kernel_requests:rate1m{route="chain"}"#)
+        .until(
+            &c,
+            r#"route:policy_kernel_requests:rate1m{route="chain"}"#,
+            "one rate above 0",
+            |got| got.len() == 1 && got[0].1 > 0.0,
+        )
         .await;
-    assert!(requests.len() == 1 && requests[0].1 > 0.0, "{requests:?}");
     assert_eq!(
         requests[0].0["instance"],
         format!("127.0.0.1:{}", stack.kernel.metrics_port)

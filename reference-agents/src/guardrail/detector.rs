@@ -10,8 +10,8 @@
 //! [`learned::family_score`]).
 //!
 //! All patterns are compiled once into one [`PatternSet`]: an Aho–Corasick
-//! pass over their required prefixes names the patterns that may match,
-//! and only those run (tool output reads the request's patterns and its
+//! pass over their required prefixes and suffixes names the patterns that
+//! may match, and only those run (tool output reads the request's patterns and its
 //! own; a prompt only the first). The spans of the patterns that matched
 //! are then found one by one (only on texts that score). Word boundaries
 //! are ASCII ones (`(?-u:\b)`): the folded text is ASCII where it matters,
