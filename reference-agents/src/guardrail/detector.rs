@@ -384,15 +384,18 @@ impl Weights {
 static RANKING: LazyLock<regex::Regex> =
     LazyLock::new(|| regex::Regex::new(&format!(r"^{RANKS}(?-u:\b)")).expect("a valid pattern"));
 
+/// Whether `family` reads tool output: SQL and shell text there is data
+/// (documentation, logs, code), not an instruction to the model.
+fn reads_tool_output(family: Family) -> bool {
+    !matches!(family, SqlInjection | CommandInjection)
+}
+
 /// Whether a match of `family` in tool output lets the learned model's
 /// score count: a family that means an instruction to the model, not the
 /// persona and refusal families, whose weak patterns fire on ordinary
-/// prose, nor SQL and shell text, which is data there.
+/// prose, nor SQL and shell text ([`reads_tool_output`]).
 fn corroborates(family: Family) -> bool {
-    !matches!(
-        family,
-        PersonaSwitch | RefusalSuppression | SqlInjection | CommandInjection | Learned
-    )
+    reads_tool_output(family) && !matches!(family, PersonaSwitch | RefusalSuppression | Learned)
 }
 
 /// How a text is read.
@@ -504,7 +507,7 @@ impl Detector {
         let scores = |family: Family| weights.get(family) > 0.0 || (learned && corroborates(family));
         let wanted = |i: usize| {
             let family = self.scored[i].0;
-            !matches!(family, SqlInjection | CommandInjection) && (scores(family) || smuggled_from.is_some())
+            reads_tool_output(family) && (scores(family) || smuggled_from.is_some())
         };
         let mut at = Vec::new();
         for i in self.patterns.matches_where(&n.text, wanted).iter() {
@@ -584,12 +587,10 @@ impl Detector {
         } else {
             0.0
         };
-        // Tool output reads both pattern lists, a prompt the request's; SQL
-        // and shell text in tool output is data (documentation, logs,
-        // code), not an instruction to the model.
+        // Tool output reads both pattern lists, a prompt the request's.
         let matched = self.patterns.matches_where(&n.text, |i| {
             if tool_output {
-                !matches!(self.scored[i].0, SqlInjection | CommandInjection)
+                reads_tool_output(self.scored[i].0)
             } else {
                 i < self.request
             }
